@@ -1,0 +1,3 @@
+"""tether: a multi-cluster Kubernetes toolkit."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The `tether` command line: thin typer commands over the capability packages."""

@@ -1,0 +1,122 @@
+"""`tether local`: embedded Kubernetes-API-compatible clusters on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tether.local import kubeconfig, supervisor
+from tether.local.pki import ClusterPki, ensure_cluster_pki
+
+app = typer.Typer(help="Embedded local clusters: the default target of `tether demo` and the tests.",
+                  no_args_is_help=True)
+console = Console()
+
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Where clusters keep their state "
+                                              "[default: $TETHER_LOCAL_DIR or ~/.local/share/tether/local]")]
+
+
+def _layout(data_dir: Path | None) -> supervisor.Layout:
+    return supervisor.Layout((data_dir or supervisor.default_data_dir()).expanduser().resolve())
+
+
+def _pki(layout: supervisor.Layout, name: str) -> ClusterPki:
+    return ensure_cluster_pki(layout.clusters / name / "pki", name)
+
+
+def _print_usage(layout: supervisor.Layout, state: dict[str, object]) -> None:
+    clusters = state.get("clusters") or []
+    assert isinstance(clusters, list)
+    table = Table("cluster", "server", "context")
+    for entry in clusters:
+        table.add_row(entry["name"], entry["server"], entry["name"])
+    console.print(table)
+    console.print(f"kubeconfig: [bold]{layout.kubeconfig}[/bold]")
+    console.print(f"  export KUBECONFIG={layout.kubeconfig}")
+    first = clusters[0]["name"] if clusters else "cluster1"
+    console.print(f"  kubectl --context {first} get namespaces")
+
+
+@app.command()
+def up(
+    clusters: Annotated[int | None, typer.Option("--clusters", "-n", min=1, max=16,
+                                                 help="How many clusters [default: 1, or those kept in --data-dir]")] = None,
+    name: Annotated[list[str] | None, typer.Option("--name", help="Cluster names (repeat); overrides --clusters")] = None,
+    data_dir: DataDir = None,
+    foreground: Annotated[bool, typer.Option("--foreground", help="Serve in this process until Ctrl-C")] = False,
+    compact_keep: Annotated[int, typer.Option(help="Revisions of history kept for watches", min=10)] = 50_000,
+) -> None:
+    """Start local clusters (kept state is reused: `down` then `up` loses nothing)."""
+    layout = _layout(data_dir)
+    names = supervisor.choose_names(layout, clusters, list(name or []))
+    for cluster_name in names:
+        if not cluster_name or cluster_name != cluster_name.lower() or "/" in cluster_name:
+            raise typer.BadParameter(f"cluster name {cluster_name!r} must be lower-case, without '/'", param_hint="--name")
+    if foreground:
+        logging.basicConfig(level=os.environ.get("TETHER_LOG_LEVEL", "INFO"),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep))
+        return
+    running = supervisor.read_state(layout)
+    if running is not None:
+        console.print("[yellow]local clusters are already running[/yellow] (stop them with `tether local down`)")
+        _print_usage(layout, running)
+        return
+    with console.status(f"starting {len(names)} local cluster(s): {', '.join(names)}"):
+        try:
+            state = supervisor.start_daemon(layout, names)
+        except supervisor.LocalError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1) from None
+    console.print(f"[green]started[/green] {len(names)} local cluster(s)")
+    _print_usage(layout, state)
+
+
+@app.command()
+def down(data_dir: DataDir = None) -> None:
+    """Stop the local clusters; their state stays in --data-dir for the next `up`."""
+    layout = _layout(data_dir)
+    if supervisor.stop_daemon(layout):
+        console.print("[green]stopped[/green] local clusters (state kept in " f"{layout.root})")
+    else:
+        console.print("no local clusters are running")
+
+
+@app.command()
+def status(data_dir: DataDir = None) -> None:
+    """Show the local clusters and whether each answers /readyz."""
+    layout = _layout(data_dir)
+    state = supervisor.read_state(layout)
+    if state is None:
+        console.print("no local clusters are running (start them with `tether local up`)")
+        raise typer.Exit(1)
+    table = Table("cluster", "server", "ready")
+    for entry in state["clusters"]:
+        ready = supervisor.probe_ready(entry["server"], _pki(layout, entry["name"]).ca_cert)
+        table.add_row(entry["name"], entry["server"], "[green]yes[/green]" if ready else "[red]no[/red]")
+    console.print(table)
+    console.print(f"kubeconfig: {layout.kubeconfig}")
+
+
+@app.command("kubeconfig")
+def kubeconfig_path(
+    data_dir: DataDir = None,
+    merge: Annotated[bool, typer.Option("--merge", help="Also add the contexts to ~/.kube/config")] = False,
+) -> None:
+    """Print the path of a kubeconfig with one context per local cluster."""
+    layout = _layout(data_dir)
+    if not layout.kubeconfig.exists():
+        console.print("no kubeconfig yet: start clusters with `tether local up`", style="red")
+        raise typer.Exit(1)
+    if merge:
+        target = Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
+        kubeconfig.merge_into(target, layout.kubeconfig)
+        console.print(f"merged into {target}", style="green")
+    typer.echo(str(layout.kubeconfig))

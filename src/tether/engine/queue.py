@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+log = logging.getLogger(__name__)
+
+Reconcile = Callable[[K], Awaitable[None]]
+
+
+class RequeueAfter(Exception):
+    """Raised by a reconcile that wants another look after `delay_s`, without counting a failure."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(f"requeue after {delay_s}s")
+        self.delay_s = delay_s
+
+
+@dataclass(order=True)
+class _Delayed(Generic[K]):
+    due: float
+    seq: int
+    key: K = field(compare=False)
+
+
+class Engine(Generic[K]):
+    def __init__(
+        self,
+        name: str,
+        reconcile: Reconcile[K],
+        *,
+        workers: int = 1,
+        base_backoff_s: float = 0.05,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.name = name
+        self._reconcile = reconcile
+        self._workers = workers
+        self._base_backoff_s = base_backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._ready: asyncio.Queue[K] = asyncio.Queue()
+        self._queued: set[K] = set()
+        self._active: set[K] = set()
+        self._dirty: set[K] = set()  # changed while being reconciled: run again after
+        self._failures: dict[K, int] = {}
+        self._delayed: list[_Delayed[K]] = []
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self.reconciled = 0
+
+    def enqueue(self, key: K, *, delay_s: float = 0.0) -> None:
+        if delay_s > 0:
+            self._seq += 1
+            heapq.heappush(self._delayed, _Delayed(time.monotonic() + delay_s, self._seq, key))
+            self._wake.set()
+            return
+        if key in self._active:
+            self._dirty.add(key)
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._ready.put_nowait(key)
+
+    def idle(self) -> bool:
+        return not self._queued and not self._active and not self._dirty
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._timer())
+            for _ in range(self._workers):
+                group.create_task(self._worker())
+
+    async def _timer(self) -> None:
+        while True:
+            now = time.monotonic()
+            while self._delayed and self._delayed[0].due <= now:
+                self.enqueue(heapq.heappop(self._delayed).key)
+            timeout = self._delayed[0].due - now if self._delayed else None
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._ready.get()
+            self._queued.discard(key)
+            self._active.add(key)
+            try:
+                await self._reconcile(key)
+                self._failures.pop(key, None)
+            except RequeueAfter as again:
+                self.enqueue(key, delay_s=again.delay_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                delay = min(self._max_backoff_s, self._base_backoff_s * 2 ** (failures - 1))
+                delay *= random.uniform(0.8, 1.2)
+                log.exception("%s: reconcile of %r failed (attempt %d); retrying in %.2fs",
+                              self.name, key, failures, delay)
+                self.enqueue(key, delay_s=delay)
+            finally:
+                self._active.discard(key)
+                self.reconciled += 1
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.enqueue(key)

@@ -1,0 +1,117 @@
+"""One local cluster: storage, the API server over HTTPS, and its built-in controllers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from tether.local import objects
+from tether.local.api import ApiServer, token_checker
+from tether.local.controllers import LocalControllers
+from tether.local.http import HttpServer
+from tether.local.operations import Operations, WriteOptions
+from tether.local.pki import ClusterPki, ensure_cluster_pki
+from tether.local.resources import Registry
+from tether.local.store import Store
+
+log = logging.getLogger(__name__)
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 picks a free port; the chosen one is kept in data_dir for restarts
+    compact_keep: int = 50_000
+
+
+def server_ssl_context(pki: ClusterPki) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    context.load_verify_locations(cafile=str(pki.ca_cert))
+    context.verify_mode = ssl.CERT_OPTIONAL  # bearer tokens need no client certificate
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+class LocalCluster:
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.pki = ensure_cluster_pki(config.data_dir / "pki", config.name)
+        self.store = Store(config.data_dir / "state.db", compact_keep=config.compact_keep)
+        self.registry = Registry.with_builtins()
+        self.ops = Operations(self.store, self.registry)
+        self.ops.load_crds()
+        self.api = ApiServer(
+            operations=self.ops,
+            registry=self.registry,
+            tokens=token_checker({self.pki.token(): "tether-admin"}),
+            server_address=lambda: f"{config.host}:{self.port}",
+        )
+        self.controllers = LocalControllers(self.ops)
+        self._http = HttpServer(self.api.handle, host=config.host, port=self._wanted_port(),
+                                ssl_context=server_ssl_context(self.pki))
+        self.started = asyncio.Event()
+
+    def _port_file(self) -> Path:
+        return self.config.data_dir / "port"
+
+    def _wanted_port(self) -> int:
+        if self.config.port:
+            return self.config.port
+        try:
+            return int(self._port_file().read_text())
+        except (OSError, ValueError):
+            return 0
+
+    @property
+    def port(self) -> int:
+        return self._http.port
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.config.host}:{self.port}"
+
+    def bootstrap(self) -> None:
+        rt = self.registry.lookup("", "v1", "namespaces")
+        assert rt is not None
+        for name in SYSTEM_NAMESPACES:
+            if self.store.get("/namespaces", "", name) is None:
+                self.ops.create(rt, "", {"metadata": {"name": name}}, WriteOptions(manager="kube-apiserver"))
+
+    async def start(self) -> None:
+        self.bootstrap()
+        try:
+            await self._http.start()
+        except OSError:
+            if not self.config.port:  # the remembered port is taken: pick another
+                self._http = HttpServer(self.api.handle, host=self.config.host, port=0,
+                                        ssl_context=server_ssl_context(self.pki))
+                await self._http.start()
+            else:
+                raise
+        self._port_file().write_text(str(self.port))
+        self.started.set()
+        log.info("cluster %s serving on %s", self.config.name, self.url)
+
+    async def run(self) -> None:
+        """Serve until cancelled, then close within a bounded time."""
+        if not self.started.is_set():
+            await self.start()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.controllers.run())
+        finally:
+            await self._http.close(grace_s=2.0)
+            self.store.close()
+
+
+def now() -> str:  # pragma: no cover - convenience for callers
+    return objects.now_rfc3339()

@@ -1,0 +1,331 @@
+"""A small HTTP/1.1 server on asyncio streams.
+
+The API server needs what general-purpose frameworks hide: chunked streams flushed per event
+(watch, logs), and the raw socket after a `101 Switching Protocols` (WebSocket exec, SPDY
+port-forward). This module parses requests, writes responses, and hands the socket over on
+upgrade; it knows nothing about Kubernetes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+MAX_HEADER_BYTES = 64 * 1024
+MAX_BODY_BYTES = 3 * 1024 * 1024
+IDLE_TIMEOUT_S = 120.0
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BadHttpRequest(Exception):
+    pass
+
+
+@dataclass
+class Request:
+    method: str
+    target: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    peer_cert: dict[str, Any] | None = None
+
+    def param(self, name: str, default: str = "") -> str:
+        values = self.query.get(name)
+        return values[-1] if values else default
+
+    def params(self, name: str) -> list[str]:
+        return self.query.get(name, [])
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    content_type: str = "application/json"
+
+
+@dataclass
+class StreamResponse:
+    """A chunked response; each yielded piece is flushed as one chunk."""
+
+    status: int
+    chunks: AsyncIterator[bytes]
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    content_type: str = "application/json"
+
+
+UpgradeHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@dataclass
+class UpgradeResponse:
+    """`101 Switching Protocols`; `handler` owns the connection afterwards."""
+
+    headers: list[tuple[str, str]]
+    handler: UpgradeHandler
+
+
+Reply = Response | StreamResponse | UpgradeResponse
+Handler = Callable[[Request], Awaitable[Reply]]
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
+
+
+def _head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    lines = [f"HTTP/1.1 {status} {_reason(status)}"]
+    lines.extend(f"{k}: {v}" for k, v in headers)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = bytearray()
+    while True:
+        size_line = await reader.readuntil(b"\r\n")
+        try:
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+        except ValueError as exc:
+            raise BadHttpRequest("bad chunk size") from exc
+        if size == 0:
+            # Trailers, if any, end with an empty line.
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                pass
+            return bytes(body)
+        if len(body) + size > MAX_BODY_BYTES:
+            raise BodyTooLarge
+        body += await reader.readexactly(size)
+        await reader.readexactly(2)
+
+
+def _parse_head(raw: bytes) -> tuple[str, str, dict[str, str], str]:
+    try:
+        text = raw.decode("latin-1")
+    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
+        raise BadHttpRequest("undecodable head") from exc
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise BadHttpRequest(f"bad request line {lines[0]!r}")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise BadHttpRequest(f"bad header line {line!r}")
+        key = name.strip().lower()
+        value = value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return method, target, headers, version
+
+
+class HttpServer:
+    """Serves `handler` on one listening socket until `run()` is cancelled."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        server_header: str = "tether",
+    ) -> None:
+        self._handler = handler
+        self._host = host
+        self._port = port
+        self._ssl = ssl_context
+        self._server_header = server_header
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            return self._port
+        sock = self._server.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._on_connection,
+            self._host,
+            self._port,
+            ssl=self._ssl,
+            limit=MAX_HEADER_BYTES,
+            reuse_address=True,
+            backlog=1024,
+        )
+
+    async def close(self, grace_s: float = 2.0) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), timeout=grace_s)
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._connections.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_cert = writer.get_extra_info("peercert")
+        while True:
+            try:
+                raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT_S)
+            except asyncio.LimitOverrunError:
+                await self._simple(writer, 431, b"request header too large")
+                return
+            except asyncio.IncompleteReadError:
+                return
+            try:
+                method, target, headers, version = _parse_head(raw[:-4])
+            except BadHttpRequest as exc:
+                await self._simple(writer, 400, str(exc).encode())
+                return
+            try:
+                body = await self._read_body(reader, headers)
+            except BodyTooLarge:
+                await self._send(writer, await self._handler_error(413), keep_alive=False)
+                return
+            except BadHttpRequest as exc:
+                await self._simple(writer, 400, str(exc).encode())
+                return
+            split = urlsplit(target)
+            request = Request(
+                method=method,
+                target=target,
+                path=unquote(split.path),
+                query=parse_qs(split.query, keep_blank_values=True),
+                headers=headers,
+                body=body,
+                reader=reader,
+                writer=writer,
+                peer_cert=peer_cert,
+            )
+            reply = await self._handler(request)
+            if isinstance(reply, UpgradeResponse):
+                writer.write(_head(101, reply.headers))
+                await writer.drain()
+                await reply.handler(reader, writer)
+                return
+            keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+            if isinstance(reply, StreamResponse):
+                await self._stream(reader, writer, reply)
+                if not keep_alive:
+                    return
+                continue
+            await self._send(writer, reply, keep_alive=keep_alive)
+            if not keep_alive:
+                return
+
+    async def _handler_error(self, status: int) -> Response:
+        request_too_large = (
+            b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+            b'"message":"the request body is larger than 3 MiB","reason":"RequestEntityTooLarge","code":413}'
+        )
+        return Response(status, request_too_large)
+
+    async def _read_body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            return await _read_chunked(reader)
+        length_text = headers.get("content-length")
+        if not length_text:
+            return b""
+        try:
+            length = int(length_text)
+        except ValueError as exc:
+            raise BadHttpRequest("bad content-length") from exc
+        if length > MAX_BODY_BYTES:
+            raise BodyTooLarge
+        return await reader.readexactly(length) if length else b""
+
+    async def _simple(self, writer: asyncio.StreamWriter, status: int, text: bytes) -> None:
+        await self._send(writer, Response(status, text, content_type="text/plain"), keep_alive=False)
+
+    def _base_headers(self, content_type: str) -> list[tuple[str, str]]:
+        return [("Content-Type", content_type), ("Cache-Control", "no-cache, private")]
+
+    async def _send(self, writer: asyncio.StreamWriter, reply: Response, *, keep_alive: bool) -> None:
+        headers = self._base_headers(reply.content_type) + reply.headers
+        headers.append(("Content-Length", str(len(reply.body))))
+        if not keep_alive:
+            headers.append(("Connection", "close"))
+        writer.write(_head(reply.status, headers) + reply.body)
+        await writer.drain()
+
+    async def _stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: StreamResponse
+    ) -> None:
+        headers = self._base_headers(reply.content_type) + reply.headers
+        headers.append(("Transfer-Encoding", "chunked"))
+        writer.write(_head(reply.status, headers))
+        await writer.drain()
+        # A client that goes away must end the stream even when no event is due, or
+        # idle watches would pile up; reading its side is how EOF is noticed.
+        gone = asyncio.ensure_future(reader.read(1))
+        chunks = reply.chunks
+        try:
+            while True:
+                nxt = asyncio.ensure_future(anext(chunks))
+                done, _ = await asyncio.wait({nxt, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:
+                    nxt.cancel()
+                    with contextlib.suppress(BaseException):
+                        await nxt
+                    raise ConnectionResetError("client went away")
+                try:
+                    chunk = nxt.result()
+                except StopAsyncIteration:
+                    break
+                if chunk:
+                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        finally:
+            gone.cancel()
+            with contextlib.suppress(BaseException):
+                await gone
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(BaseException):
+                    await aclose()

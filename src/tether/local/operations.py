@@ -1,0 +1,514 @@
+"""The API's verbs on stored objects: create, update, patch, delete, get, list.
+
+HTTP handlers and the built-in controllers both come through here, so validation, defaulting,
+the status subresource rules, finalizers and managedFields hold for every writer.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from tether.local import crds, objects, patching, schema
+from tether.local.errors import (
+    ApiError,
+    Cause,
+    already_exists,
+    bad_request,
+    conflict,
+    invalid,
+    not_found,
+    unsupported_media_type,
+)
+from tether.local.resources import Registry, ResourceType
+from tether.local.store import KeyExists, KeyMissing, RevisionMismatch, Store
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+PATCH_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+)
+# Types whose status is reset on create (the real registries' PrepareForCreate).
+KEEP_STATUS_ON_CREATE = frozenset({("", "Node"), ("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefinition")})
+NAMESPACE_FINALIZER = "kubernetes"
+ORPHAN_FINALIZER = "orphan"
+FOREGROUND_FINALIZER = "foregroundDeletion"
+CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+REVIEW_KINDS = frozenset({"SelfSubjectAccessReview", "SubjectAccessReview", "SelfSubjectReview", "TokenReview"})
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    manager: str = ""
+    dry_run: bool = False
+    strict: bool = False  # fieldValidation=Strict
+    force: bool = False  # server-side apply
+    user: str = "tether-admin"
+
+
+def api_version_of(rt: ResourceType) -> str:
+    return rt.group_version
+
+
+class Operations:
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
+        # Called after each committed write of a CRD, so the registry follows it.
+        self.on_crd_change: Callable[[Obj | None, str], None] = self._sync_crd
+
+    # reads -------------------------------------------------------------------------------
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        obj = self.store.get(rt.storage_key, namespace if rt.namespaced else "", name)
+        if obj is None:
+            raise not_found(rt.plural, name, rt.group)
+        return self._as_version(rt, obj)
+
+    def find(self, rt: ResourceType, namespace: str, name: str) -> Obj | None:
+        obj = self.store.get(rt.storage_key, namespace if rt.namespaced else "", name)
+        return None if obj is None else self._as_version(rt, obj)
+
+    def list_objects(self, rt: ResourceType, namespace: str | None) -> list[Obj]:
+        items = self.store.list_objects(rt.storage_key, namespace if rt.namespaced else None)
+        if rt.crd and rt.version != rt.storage_version:
+            return [self._as_version(rt, o) for o in items]
+        return items
+
+    def _as_version(self, rt: ResourceType, obj: Obj) -> Obj:
+        # Conversion strategy None: another version of a CR differs only in apiVersion.
+        if obj.get("apiVersion") != rt.group_version and rt.crd:
+            obj = dict(obj)
+            obj["apiVersion"] = rt.group_version
+        return obj
+
+    # helpers -----------------------------------------------------------------------------
+
+    def _check_type(self, rt: ResourceType, obj: Any) -> Obj:
+        if not isinstance(obj, dict):
+            raise bad_request("the object provided is not a JSON or YAML object")
+        api_version = obj.get("apiVersion")
+        kind = obj.get("kind")
+        if kind and kind != rt.kind:
+            raise bad_request(
+                f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
+            )
+        if api_version and api_version != rt.group_version:
+            raise bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({rt.group_version})"
+            )
+        obj["apiVersion"] = rt.group_version
+        obj["kind"] = rt.kind
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        return obj
+
+    def _place(self, rt: ResourceType, obj: Obj, namespace: str) -> None:
+        meta = obj["metadata"]
+        if not rt.namespaced:
+            meta.pop("namespace", None)
+            return
+        body_ns = meta.get("namespace") or ""
+        if body_ns and namespace and body_ns != namespace:
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        meta["namespace"] = body_ns or namespace or "default"
+
+    def _validate(self, rt: ResourceType, obj: Obj, *, strict: bool) -> None:
+        name = obj["metadata"].get("name", "")
+        causes = objects.name_causes(rt.kind, name) + objects.kind_causes(rt.group, rt.kind, obj)
+        for field in ("labels", "annotations"):
+            value = obj["metadata"].get(field)
+            if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+                causes.append(Cause("FieldValueTypeInvalid", "must be a map of strings", f"metadata.{field}"))
+        if rt.crd and rt.schema is not None:
+            causes += self._schema_causes(rt, obj, strict=strict)
+        if rt.group == "apiextensions.k8s.io":
+            causes += crds.validation_causes(obj)
+        if causes:
+            raise invalid(rt.kind, name, causes, rt.group)
+
+    def _schema_causes(self, rt: ResourceType, obj: Obj, *, strict: bool) -> list[Cause]:
+        assert rt.schema is not None
+        pruned, unknown = schema.prune(obj, rt.schema)
+        if unknown and strict:
+            fields = ", ".join(f'unknown field "{p}"' for p in unknown)
+            raise bad_request(f"strict decoding error: {fields}")
+        obj.clear()
+        obj.update(schema.apply_defaults(pruned, rt.schema))
+        return [Cause(v.reason, v.message, v.field) for v in schema.validate(obj, rt.schema)]
+
+    def _require_namespace(self, rt: ResourceType, namespace: str) -> None:
+        if not rt.namespaced:
+            return
+        ns = self.store.get("/namespaces", "", namespace)
+        if ns is None:
+            raise not_found("namespaces", namespace)
+        if ns["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"{rt.plural} is forbidden: unable to create new content in namespace {namespace} "
+                "because it is being terminated",
+                kind=rt.plural,
+                group=rt.group,
+                causes=[Cause("NamespaceTerminating", f"namespace {namespace} is being terminated",
+                              "metadata.namespace")],
+            )
+
+    def _manage(self, rt: ResourceType, old: Obj | None, new: Obj, opts: WriteOptions, subresource: str = "") -> Obj:
+        if not opts.manager:
+            return new
+        return patching.record_update(
+            old, new, manager=opts.manager, api_version=rt.group_version, now=objects.now_rfc3339(),
+            schema=patching.merge_schema_for(rt.group, rt.kind), subresource=subresource,
+        )
+
+    # create ------------------------------------------------------------------------------
+
+    def create(self, rt: ResourceType, namespace: str, body: Any, opts: WriteOptions, *,
+               managed_fields: list[Any] | None = None) -> Obj:
+        obj = self._check_type(rt, body)
+        if rt.kind in REVIEW_KINDS:
+            return self._review(rt, obj, opts)
+        self._place(rt, obj, namespace)
+        meta = obj["metadata"]
+        if meta.get("resourceVersion"):
+            raise invalid(rt.kind, meta.get("name", ""), [Cause("FieldValueInvalid", "must be empty; resourceVersion should not be set on objects to be created", "metadata.resourceVersion")], rt.group)
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise invalid(rt.kind, "", [Cause("FieldValueRequired", "Required value: name or generateName is required", "metadata.name")], rt.group)
+            meta["name"] = self._unique_name(rt, meta.get("namespace", ""), str(prefix))
+        for key in ("uid", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
+            meta.pop(key, None)
+        if rt.status and (rt.group, rt.kind) not in KEEP_STATUS_ON_CREATE:
+            obj.pop("status", None)
+        objects.apply_defaults(rt.group, rt.kind, obj)
+        self._validate(rt, obj, strict=opts.strict)
+        self._require_namespace(rt, meta.get("namespace", ""))
+        meta["uid"] = objects.new_uid()
+        meta["creationTimestamp"] = objects.now_rfc3339()
+        if rt.has_generation or rt.crd:
+            meta["generation"] = 1
+        if rt.group == "apiextensions.k8s.io":
+            crds.accept(obj)
+            if CRD_FINALIZER not in meta.setdefault("finalizers", []):
+                meta["finalizers"].append(CRD_FINALIZER)
+        obj = self._manage(rt, None, obj, opts)
+        if managed_fields is not None:
+            obj["metadata"]["managedFields"] = managed_fields
+        if opts.dry_run:
+            if self.store.get(rt.storage_key, meta.get("namespace", ""), meta["name"]) is not None:
+                raise already_exists(rt.plural, meta["name"], rt.group)
+            return obj
+        return self.commit_create(rt, obj)
+
+    def commit_create(self, rt: ResourceType, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        try:
+            stored = self.store.create(rt.storage_key, meta.get("namespace", ""), meta["name"], obj)
+        except KeyExists:
+            raise already_exists(rt.plural, meta["name"], rt.group) from None
+        if rt.group == "apiextensions.k8s.io":
+            self.on_crd_change(stored, meta["name"])
+        return stored
+
+    def _unique_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
+        for _ in range(20):
+            candidate = objects.generated_name(prefix)
+            if self.store.get(rt.storage_key, namespace, candidate) is None:
+                return candidate
+        raise ApiError(500, "InternalError", "could not generate a unique name")
+
+    def _review(self, rt: ResourceType, obj: Obj, opts: WriteOptions) -> Obj:
+        # Authorization is not enforced by local clusters; say so honestly.
+        if rt.kind in ("SelfSubjectAccessReview", "SubjectAccessReview"):
+            obj["status"] = {"allowed": True, "reason": "tether local clusters do not enforce RBAC"}
+        elif rt.kind == "SelfSubjectReview":
+            obj["status"] = {"userInfo": {"username": opts.user, "groups": ["system:masters", "system:authenticated"]}}
+        else:
+            obj["status"] = {"authenticated": True, "user": {"username": opts.user}}
+        obj["metadata"].setdefault("creationTimestamp", None)
+        return obj
+
+    # update ------------------------------------------------------------------------------
+
+    def update(self, rt: ResourceType, namespace: str, name: str, body: Any, opts: WriteOptions,
+               *, subresource: str = "") -> Obj:
+        obj = self._check_type(rt, body)
+        self._place(rt, obj, namespace)
+        body_name = obj["metadata"].get("name")
+        if body_name and body_name != name:
+            raise bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
+        obj["metadata"]["name"] = name
+        current = self.get(rt, namespace, name)
+        expect = obj["metadata"].get("resourceVersion") or None
+        if expect is not None and expect != current["metadata"]["resourceVersion"]:
+            raise conflict(rt.plural, name, rt.group)
+        return self._write_update(rt, current, obj, opts, subresource=subresource, expect=expect)
+
+    def _write_update(self, rt: ResourceType, current: Obj, new: Obj, opts: WriteOptions, *,
+                      subresource: str = "", expect: str | None = None) -> Obj:
+        new = self._merge_owned_parts(rt, current, new, subresource)
+        meta, cur_meta = new["metadata"], current["metadata"]
+        name = cur_meta["name"]
+        for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            if key in cur_meta:
+                meta[key] = cur_meta[key]
+            else:
+                meta.pop(key, None)
+        if cur_meta.get("generateName"):
+            meta.setdefault("generateName", cur_meta["generateName"])
+        if cur_meta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(cur_meta.get("finalizers") or [])
+            if added:
+                raise invalid(rt.kind, name, [Cause("FieldValueForbidden", "Forbidden: no new finalizers can be added if the object is being deleted", "metadata.finalizers")], rt.group)
+        if subresource != "status":
+            objects.apply_defaults(rt.group, rt.kind, new)
+            self._validate(rt, new, strict=opts.strict)
+        if "generation" in cur_meta:
+            generation = int(cur_meta["generation"])
+            meta["generation"] = generation + 1 if objects.spec_changed(current, new) else generation
+        if rt.group == "apiextensions.k8s.io" and subresource != "status":
+            crds.accept(new)
+        new = self._manage(rt, current, new, opts, subresource)
+        meta = new["metadata"]
+        meta["resourceVersion"] = cur_meta["resourceVersion"]
+        if new == current:
+            return current  # a no-op write changes nothing and notifies no one
+        if opts.dry_run:
+            return new
+        return self.commit_update(rt, new, expect=expect)
+
+    def commit_update(self, rt: ResourceType, new: Obj, *, expect: str | None = None) -> Obj:
+        meta = new["metadata"]
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        try:
+            stored = self.store.update(rt.storage_key, namespace, name, new, expect_rv=expect)
+        except KeyMissing:
+            raise not_found(rt.plural, name, rt.group) from None
+        except RevisionMismatch:
+            raise conflict(rt.plural, name, rt.group) from None
+        if rt.group == "apiextensions.k8s.io":
+            self.on_crd_change(stored, name)
+        if meta.get("deletionTimestamp") and not self._finalizers(rt, stored):
+            return self._remove(rt, stored)
+        return stored
+
+    def _merge_owned_parts(self, rt: ResourceType, current: Obj, new: Obj, subresource: str) -> Obj:
+        if subresource == "status":
+            merged = copy.deepcopy(current)
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+            merged["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion") or current["metadata"]["resourceVersion"]
+            return merged
+        if rt.status:
+            if "status" in current:
+                new["status"] = copy.deepcopy(current["status"])
+            else:
+                new.pop("status", None)
+        if rt.kind == "Namespace" and rt.group == "" and subresource != "finalize":
+            new["spec"] = copy.deepcopy(current.get("spec", {}))
+        return new
+
+    # patch -------------------------------------------------------------------------------
+
+    def patch(self, rt: ResourceType, namespace: str, name: str, content_type: str, body: bytes,
+              opts: WriteOptions, *, subresource: str = "") -> tuple[Obj, bool]:
+        """Returns (object, created)."""
+        patch_type = content_type.split(";", 1)[0].strip().lower()
+        if patch_type not in PATCH_TYPES:
+            raise unsupported_media_type(patch_type, list(PATCH_TYPES))
+        if patch_type == "application/apply-patch+yaml":
+            return self._apply(rt, namespace, name, body, opts, subresource=subresource)
+        try:
+            document = json.loads(body or b"null")
+        except ValueError as exc:
+            raise bad_request(f"error decoding patch: {exc}") from None
+        current = self.get(rt, namespace, name)
+        try:
+            if patch_type == "application/json-patch+json":
+                patched = patching.apply_json_patch(copy.deepcopy(current), document)
+            elif patch_type == "application/merge-patch+json":
+                patched = patching.apply_merge_patch(copy.deepcopy(current), document)
+            else:
+                merge_schema = None if rt.crd else patching.merge_schema_for(rt.group, rt.kind)
+                if merge_schema is None:
+                    raise unsupported_media_type(patch_type, [t for t in PATCH_TYPES if "strategic" not in t])
+                if not isinstance(document, dict):
+                    raise bad_request("strategic merge patch must be a JSON object")
+                patched = patching.apply_strategic_merge_patch(copy.deepcopy(current), document, merge_schema)
+        except patching.PatchError as exc:
+            raise invalid(rt.kind, name, [Cause("FieldValueInvalid", str(exc), "")], rt.group) from None
+        if not isinstance(patched, dict):
+            raise bad_request("the patch did not produce an object")
+        expect = None
+        if isinstance(document, dict):
+            patch_rv = (document.get("metadata") or {}).get("resourceVersion")
+            if patch_rv:
+                expect = str(patch_rv)
+                if expect != current["metadata"]["resourceVersion"]:
+                    raise conflict(rt.plural, name, rt.group)
+        patched = self._check_type(rt, patched)
+        patched["metadata"]["name"] = name
+        self._place(rt, patched, namespace)
+        return self._write_update(rt, current, patched, opts, subresource=subresource, expect=expect), False
+
+    def _apply(self, rt: ResourceType, namespace: str, name: str, body: bytes, opts: WriteOptions, *,
+               subresource: str) -> tuple[Obj, bool]:
+        if not opts.manager:
+            raise bad_request("PATCH, application/apply-patch+yaml requires fieldManager")
+        try:
+            applied = yaml.safe_load(body.decode("utf-8")) if body else None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise bad_request(f"error decoding YAML: {exc}") from None
+        applied = self._check_type(rt, applied)
+        body_name = applied["metadata"].get("name")
+        if body_name and body_name != name:
+            raise bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
+        applied["metadata"]["name"] = name
+        self._place(rt, applied, namespace)
+        merge_schema = patching.merge_schema_for(rt.group, rt.kind) if not rt.crd else None
+        current = self.find(rt, namespace, name)
+        now = objects.now_rfc3339()
+        try:
+            result = patching.server_side_apply(
+                current, applied, manager=opts.manager, force=opts.force, api_version=rt.group_version,
+                now=now, schema=merge_schema,
+            )
+        except patching.ApplyConflictError as exc:
+            causes = [Cause("FieldManagerConflict", f'conflict with "{c.manager}" using {c.api_version}', c.field)
+                      for c in exc.conflicts]
+            summary = "; ".join(f'conflict with "{c.manager}" using {c.api_version}: {c.field}' for c in exc.conflicts)
+            raise ApiError(409, "Conflict", f"Apply failed with {len(causes)} conflict{'s' if len(causes) != 1 else ''}: {summary}",
+                           name=name, kind=rt.plural, group=rt.group, causes=causes) from None
+        if current is None:
+            result["metadata"].pop("resourceVersion", None)
+            managed = result["metadata"].get("managedFields")
+            plain = WriteOptions(dry_run=opts.dry_run, strict=opts.strict)
+            return self.create(rt, namespace, result, plain, managed_fields=managed), True
+        result["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        no_manager = WriteOptions(dry_run=opts.dry_run, strict=opts.strict)
+        return self._write_update(rt, current, result, no_manager, subresource=subresource), False
+
+    # delete ------------------------------------------------------------------------------
+
+    def _finalizers(self, rt: ResourceType, obj: Obj) -> list[str]:
+        found = list(obj["metadata"].get("finalizers") or [])
+        if rt.group == "" and rt.kind == "Namespace":
+            found += list((obj.get("spec") or {}).get("finalizers") or [])
+        return found
+
+    def delete(self, rt: ResourceType, namespace: str, name: str, options: Obj, opts: WriteOptions) -> tuple[Obj, bool]:
+        """Returns (object, gone): gone is False when finalizers keep the object for now."""
+        current = self.get(rt, namespace, name)
+        preconditions = options.get("preconditions") or {}
+        if preconditions.get("uid") and preconditions["uid"] != current["metadata"].get("uid"):
+            raise conflict(rt.plural, name, rt.group, f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {current['metadata'].get('uid')}")
+        if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise conflict(rt.plural, name, rt.group, f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, ResourceVersion in object meta: {current['metadata']['resourceVersion']}")
+        policy = options.get("propagationPolicy")
+        if options.get("orphanDependents") is True:
+            policy = "Orphan"
+        elif options.get("orphanDependents") is False and not policy:
+            policy = "Foreground"
+        new = copy.deepcopy(current)
+        meta = new["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if policy == "Orphan" and ORPHAN_FINALIZER not in finalizers:
+            finalizers.append(ORPHAN_FINALIZER)
+        elif policy == "Foreground" and FOREGROUND_FINALIZER not in finalizers:
+            finalizers.append(FOREGROUND_FINALIZER)
+        if policy in ("Orphan", "Foreground"):
+            meta["finalizers"] = finalizers
+        grace = self._grace_period(rt, current, options)
+        if grace > 0:
+            meta["deletionGracePeriodSeconds"] = grace
+        if not meta.get("deletionTimestamp") and (self._finalizers(rt, new) or grace > 0):
+            meta["deletionTimestamp"] = objects.now_rfc3339()
+            meta.setdefault("deletionGracePeriodSeconds", 0)
+            if rt.group == "" and rt.kind == "Namespace":
+                new.setdefault("status", {})["phase"] = "Terminating"
+        elif meta.get("deletionTimestamp") and grace == 0 and "deletionGracePeriodSeconds" in meta and not self._finalizers(rt, new):
+            meta["deletionGracePeriodSeconds"] = 0
+        if meta.get("deletionTimestamp") and (self._finalizers(rt, new) or grace > 0):
+            if opts.dry_run or new == current:
+                return new, False
+            return self.commit_update(rt, new), False
+        if opts.dry_run:
+            return current, True
+        return self._remove(rt, current), True
+
+    def _grace_period(self, rt: ResourceType, obj: Obj, options: Obj) -> int:
+        # Only bound, unfinished pods wait for their kubelet; everything else goes at once.
+        if not (rt.group == "" and rt.kind == "Pod"):
+            return 0
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+            return 0
+        requested = options.get("gracePeriodSeconds")
+        if requested is not None:
+            return max(int(requested), 0)
+        current = obj["metadata"].get("deletionGracePeriodSeconds")
+        if current is not None:
+            return int(current)
+        return int(spec.get("terminationGracePeriodSeconds", 30))
+
+    def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        try:
+            final = self.store.delete(rt.storage_key, meta.get("namespace", ""), meta["name"])
+        except KeyMissing:
+            raise not_found(rt.plural, meta["name"], rt.group) from None
+        if rt.group == "apiextensions.k8s.io":
+            self.on_crd_change(None, meta["name"])
+        return final
+
+    # CRDs --------------------------------------------------------------------------------
+
+    def _sync_crd(self, crd: Obj | None, name: str) -> None:
+        if crd is None or not crds.is_established(crd):
+            self.registry.remove_crd_types(name)
+            return
+        self.registry.set_crd_types(name, crds.resource_types(crd))
+
+    def load_crds(self) -> None:
+        for crd in self.store.list_objects("apiextensions.k8s.io/customresourcedefinitions"):
+            self._sync_crd(crd, crd["metadata"]["name"])
+
+
+def decode_body(content_type: str, body: bytes) -> Any:
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in ("", "application/json", "*/*", "text/plain"):
+        try:
+            return json.loads(body) if body else None
+        except ValueError as exc:
+            raise bad_request(f"the body of the request could not be decoded as JSON: {exc}") from None
+    if media in ("application/yaml", "application/x-yaml", "text/yaml"):
+        try:
+            return yaml.safe_load(body.decode("utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise bad_request(f"the body of the request could not be decoded as YAML: {exc}") from None
+    if media == "application/vnd.kubernetes.protobuf":
+        from tether.local import protobuf
+
+        try:
+            return protobuf.decode_k8s_protobuf(body)
+        except protobuf.ProtobufError as exc:
+            raise ApiError(415, "UnsupportedMediaType", f"the protobuf body could not be decoded: {exc}") from None
+    raise unsupported_media_type(media, ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"])

@@ -1,0 +1,296 @@
+"""Object storage: one SQLite append-only log whose row id is the resourceVersion (as kine does).
+
+Every write appends a row (ADDED, MODIFIED or DELETED with the object as it then was), so the
+row id is one global, monotonic revision. Current state is kept in memory for reads and rebuilt
+from the log at start; watches replay the log from any revision that compaction has not removed.
+All methods run on the event loop thread: a write and the notification of its watchers happen in
+one synchronous step, so a watcher that registers and replays in one step sees no gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Obj = dict[str, Any]
+
+WATCH_QUEUE_LIMIT = 10_000
+
+
+class StoreError(Exception):
+    pass
+
+
+class KeyExists(StoreError):
+    pass
+
+
+class KeyMissing(StoreError):
+    pass
+
+
+class RevisionMismatch(StoreError):
+    pass
+
+
+class Compacted(StoreError):
+    def __init__(self, requested: int, oldest: int) -> None:
+        super().__init__(f"too old resource version: {requested} ({oldest})")
+        self.requested = requested
+        self.oldest = oldest
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # ADDED | MODIFIED | DELETED
+    revision: int
+    resource: str  # "<group>/<plural>", one storage key for every version of a type
+    namespace: str
+    name: str
+    obj: Obj
+    prev: Obj | None
+
+
+class WatchOverflow(StoreError):
+    """The watcher fell too far behind; it must re-watch from its last revision."""
+
+
+class Watcher:
+    def __init__(self, store: Store, resource: str | None, namespace: str | None) -> None:
+        self._store = store
+        self.resource = resource
+        self.namespace = namespace
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self.overflowed = False
+
+    def wants(self, event: Event) -> bool:
+        if self.resource is not None and event.resource != self.resource:
+            return False
+        return self.namespace is None or event.namespace == self.namespace
+
+    def push(self, event: Event | None) -> None:
+        if self._queue.qsize() >= WATCH_QUEUE_LIMIT:
+            self.overflowed = True
+            self._queue.put_nowait(None)
+            self._store.unwatch(self)
+            return
+        self._queue.put_nowait(event)
+
+    async def next(self, timeout_s: float | None = None) -> Event | None:
+        """The next event, or None on timeout; raises WatchOverflow when cut off."""
+        try:
+            event = await asyncio.wait_for(self._queue.get(), timeout_s)
+        except TimeoutError:
+            return None
+        if event is None:
+            raise WatchOverflow("watcher fell behind")
+        return event
+
+    def close(self) -> None:
+        self._store.unwatch(self)
+
+
+def _encode(obj: Obj) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+class Store:
+    def __init__(self, path: Path | str, *, compact_keep: int = 50_000) -> None:
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS log (
+                rv INTEGER PRIMARY KEY AUTOINCREMENT,
+                resource TEXT NOT NULL,
+                namespace TEXT NOT NULL,
+                name TEXT NOT NULL,
+                type TEXT NOT NULL,
+                obj TEXT NOT NULL,
+                prev_rv INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE INDEX IF NOT EXISTS log_key ON log(resource, namespace, name, rv);
+            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+            """
+        )
+        self.compact_keep = compact_keep
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        self._watchers: set[Watcher] = set()
+        self.revision = 0
+        self.compacted = 0
+        self._load()
+
+    def _load(self) -> None:
+        row = self._db.execute("SELECT MAX(rv) FROM log").fetchone()
+        self.revision = int(row[0] or 0)
+        seq = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='log'").fetchone()
+        if seq:
+            self.revision = max(self.revision, int(seq[0]))
+        meta = self._db.execute("SELECT value FROM meta WHERE key='compacted'").fetchone()
+        self.compacted = int(meta[0]) if meta else 0
+        rows = self._db.execute(
+            """
+            SELECT resource, namespace, name, type, obj FROM log
+            WHERE rv IN (SELECT MAX(rv) FROM log GROUP BY resource, namespace, name)
+            """
+        )
+        for resource, namespace, name, kind, text in rows:
+            if kind != "DELETED":
+                self._objects.setdefault(resource, {})[(namespace, name)] = json.loads(text)
+
+    def close(self) -> None:
+        for watcher in list(self._watchers):
+            watcher.push(None)
+        self._db.close()
+
+    # reads -------------------------------------------------------------------------------
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj | None:
+        return self._objects.get(resource, {}).get((namespace, name))
+
+    def list_objects(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        """Objects in key order (namespace, then name). Callers must not mutate them."""
+        bucket = self._objects.get(resource, {})
+        keys = sorted(bucket) if namespace is None else sorted(k for k in bucket if k[0] == namespace)
+        return [bucket[k] for k in keys]
+
+    def count(self, resource: str) -> int:
+        return len(self._objects.get(resource, {}))
+
+    def resources(self) -> Iterator[str]:
+        return iter(list(self._objects))
+
+    # writes ------------------------------------------------------------------------------
+
+    def _append(self, event_type: str, resource: str, namespace: str, name: str, obj: Obj, prev_rv: int) -> int:
+        rv = self.revision + 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
+        self._db.execute(
+            "INSERT INTO log (rv, resource, namespace, name, type, obj, prev_rv) VALUES (?,?,?,?,?,?,?)",
+            (rv, resource, namespace, name, event_type, _encode(obj), prev_rv),
+        )
+        self.revision = rv
+        return rv
+
+    def _notify(self, event: Event) -> None:
+        for watcher in list(self._watchers):
+            if watcher.wants(event):
+                watcher.push(event)
+
+    def create(self, resource: str, namespace: str, name: str, obj: Obj) -> Obj:
+        bucket = self._objects.setdefault(resource, {})
+        if (namespace, name) in bucket:
+            raise KeyExists(name)
+        rv = self._append("ADDED", resource, namespace, name, obj, 0)
+        bucket[(namespace, name)] = obj
+        self._notify(Event("ADDED", rv, resource, namespace, name, obj, None))
+        self._maybe_compact()
+        return obj
+
+    def update(self, resource: str, namespace: str, name: str, obj: Obj, *, expect_rv: str | None = None) -> Obj:
+        bucket = self._objects.get(resource, {})
+        prev = bucket.get((namespace, name))
+        if prev is None:
+            raise KeyMissing(name)
+        prev_rv = int(prev["metadata"]["resourceVersion"])
+        if expect_rv is not None and expect_rv != str(prev_rv):
+            raise RevisionMismatch(name)
+        rv = self._append("MODIFIED", resource, namespace, name, obj, prev_rv)
+        bucket[(namespace, name)] = obj
+        self._notify(Event("MODIFIED", rv, resource, namespace, name, obj, prev))
+        self._maybe_compact()
+        return obj
+
+    def delete(self, resource: str, namespace: str, name: str, *, expect_rv: str | None = None) -> Obj:
+        bucket = self._objects.get(resource, {})
+        prev = bucket.get((namespace, name))
+        if prev is None:
+            raise KeyMissing(name)
+        prev_rv = int(prev["metadata"]["resourceVersion"])
+        if expect_rv is not None and expect_rv != str(prev_rv):
+            raise RevisionMismatch(name)
+        final: Obj = json.loads(_encode(prev))
+        rv = self._append("DELETED", resource, namespace, name, final, prev_rv)
+        del bucket[(namespace, name)]
+        self._notify(Event("DELETED", rv, resource, namespace, name, final, prev))
+        self._maybe_compact()
+        return final
+
+    # watch -------------------------------------------------------------------------------
+
+    def watch(self, resource: str | None, namespace: str | None, since: int) -> tuple[Watcher, list[Event]]:
+        """Register a watcher and return it with the events after `since` it missed."""
+        if since < self.compacted:
+            raise Compacted(since, self.compacted)
+        watcher = Watcher(self, resource, namespace)
+        history = self._history(resource, namespace, since) if since < self.revision else []
+        self._watchers.add(watcher)
+        return watcher, history
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self._watchers.discard(watcher)
+
+    def _history(self, resource: str | None, namespace: str | None, since: int) -> list[Event]:
+        sql = "SELECT rv, type, resource, namespace, name, obj, prev_rv FROM log WHERE rv > ?"
+        args: list[Any] = [since]
+        if resource is not None:
+            sql += " AND resource = ?"
+            args.append(resource)
+        if namespace is not None:
+            sql += " AND namespace = ?"
+            args.append(namespace)
+        sql += " ORDER BY rv"
+        rows = self._db.execute(sql, args).fetchall()
+        prev_ids = {int(r[6]) for r in rows if r[6]}
+        prevs = self._objects_at(prev_ids)
+        return [
+            Event(kind, rv, res, ns, name, json.loads(text), prevs.get(int(prev_rv)))
+            for rv, kind, res, ns, name, text, prev_rv in rows
+        ]
+
+    def _objects_at(self, revisions: set[int]) -> dict[int, Obj]:
+        if not revisions:
+            return {}
+        found: dict[int, Obj] = {}
+        ids = sorted(revisions)
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for rv, text in self._db.execute(f"SELECT rv, obj FROM log WHERE rv IN ({marks})", part):
+                found[int(rv)] = json.loads(text)
+        return found
+
+    # compaction --------------------------------------------------------------------------
+
+    def _maybe_compact(self) -> None:
+        if self.revision - self.compacted > self.compact_keep * 2:
+            self.compact(self.revision - self.compact_keep)
+
+    def compact(self, revision: int) -> None:
+        """Forget history at and below `revision`, keeping each object's latest row."""
+        revision = min(revision, self.revision)
+        if revision <= self.compacted:
+            return
+        self._db.execute("BEGIN")
+        self._db.execute(
+            """
+            DELETE FROM log WHERE rv <= ? AND rv NOT IN (
+                SELECT MAX(rv) FROM log GROUP BY resource, namespace, name
+            )
+            """,
+            (revision,),
+        )
+        self._db.execute("DELETE FROM log WHERE rv <= ? AND type = 'DELETED'", (revision,))
+        self._db.execute(
+            "INSERT INTO meta(key, value) VALUES('compacted', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (revision,),
+        )
+        self._db.execute("COMMIT")
+        self.compacted = revision

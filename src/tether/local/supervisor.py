@@ -1,0 +1,186 @@
+"""`tether local`: run several local clusters in one process, in the foreground or as a daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tether.local import kubeconfig
+from tether.local.cluster import ClusterConfig, LocalCluster
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+
+
+class LocalError(Exception):
+    """A `tether local` failure with a message that says what to do."""
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get("TETHER_LOCAL_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tether" / "local"
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @property
+    def clusters(self) -> Path:
+        return self.root / "clusters"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "daemon.json"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "daemon.log"
+
+    def existing_names(self) -> list[str]:
+        if not self.clusters.is_dir():
+            return []
+        names_file = self.root / "clusters.json"
+        if names_file.exists():
+            names: list[str] = json.loads(names_file.read_text())
+            return names
+        return sorted(p.name for p in self.clusters.iterdir() if p.is_dir())
+
+    def remember_names(self, names: list[str]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "clusters.json").write_text(json.dumps(names))
+
+
+def choose_names(layout: Layout, count: int | None, names: list[str]) -> list[str]:
+    if names:
+        return names
+    existing = layout.existing_names()
+    if existing and count is None:
+        return existing
+    wanted = count or 1
+    return [f"cluster{i}" for i in range(1, wanted + 1)]
+
+
+def read_state(layout: Layout) -> dict[str, Any] | None:
+    try:
+        state: dict[str, Any] = json.loads(layout.state.read_text())
+    except (OSError, ValueError):
+        return None
+    pid = int(state.get("pid", 0))
+    if pid <= 0 or not _alive(pid):
+        return None
+    return state
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); it is not serving anything.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            return False
+    return True
+
+
+async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000) -> None:
+    """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve."""
+    clusters = [
+        LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep)) for n in names
+    ]
+    for cluster in clusters:
+        await cluster.start()
+    layout.remember_names(names)
+    kubeconfig.write(layout.kubeconfig, [kubeconfig.ClusterAccess(c.config.name, c.url, c.pki) for c in clusters])
+    state = {
+        "pid": os.getpid(),
+        "started": time.time(),
+        "kubeconfig": str(layout.kubeconfig),
+        "clusters": [{"name": c.config.name, "server": c.url, "dataDir": str(c.config.data_dir)} for c in clusters],
+    }
+    layout.state.write_text(json.dumps(state, indent=2))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(c.run()) for c in clusters]
+            await stop.wait()
+            for task in tasks:
+                task.cancel()
+    finally:
+        with contextlib.suppress(OSError):
+            current = json.loads(layout.state.read_text())
+            if current.get("pid") == os.getpid():
+                layout.state.unlink()
+
+
+def start_daemon(layout: Layout, names: list[str]) -> dict[str, Any]:
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        layout.state.unlink()
+    command = [sys.executable, "-m", "tether", "local", "up", "--foreground", "--data-dir", str(layout.root)]
+    for name in names:
+        command += ["--name", name]
+    with layout.log.open("ab") as log_file:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise LocalError(f"the local clusters failed to start (exit {process.returncode}); see {layout.log}")
+        state = read_state(layout)
+        if state and state.get("pid") == process.pid:
+            return state
+        time.sleep(0.1)
+    process.terminate()
+    raise LocalError(f"the local clusters did not start within {START_TIMEOUT_S:.0f}s; see {layout.log}")
+
+
+def stop_daemon(layout: Layout) -> bool:
+    state = read_state(layout)
+    if state is None:
+        return False
+    pid = int(state["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        layout.state.unlink()
+    return True
+
+
+def probe_ready(server: str, ca_file: Path, timeout_s: float = 2.0) -> bool:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        with urllib.request.urlopen(f"{server}/readyz", timeout=timeout_s, context=context) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False

@@ -1,0 +1,113 @@
+"""Watch streams: replay from a resourceVersion, selector transitions, bookmarks, Table events."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tether.local.errors import expired
+from tether.local.store import Compacted, Event, Store, WatchOverflow
+
+Obj = dict[str, Any]
+BOOKMARK_INTERVAL_S = 15.0
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    storage_key: str
+    namespace: str | None
+    since: str  # "" or "0" means: start with the current state
+    matches: Callable[[Obj], bool]
+    timeout_s: float | None
+    bookmarks: bool
+    send_initial_events: bool
+    initial: list[Obj]  # the current state, used when since is "" or "0"
+    bookmark_object: Callable[[str], Obj]  # an empty object of the kind carrying only a RV
+    render: Callable[[Obj, bool], Obj]  # (object, first event) -> what goes on the wire
+
+
+def _line(event_type: str, obj: Obj) -> bytes:
+    return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def _transition(event: Event, matches: Callable[[Obj], bool]) -> str | None:
+    """What a watcher with a selector sees for this event (cacher semantics)."""
+    now = matches(event.obj)
+    if event.type == "ADDED":
+        return "ADDED" if now else None
+    if event.type == "DELETED":
+        return "DELETED" if now else None
+    was = event.prev is not None and matches(event.prev)
+    if now and was:
+        return "MODIFIED"
+    if now:
+        return "ADDED"
+    if was:
+        return "DELETED"
+    return None
+
+
+def error_event(status: Obj) -> bytes:
+    return _line("ERROR", status)
+
+
+async def stream(store: Store, request: WatchRequest) -> AsyncIterator[bytes]:
+    start_with_state = request.since in ("", "0") or request.send_initial_events
+    since = store.revision if start_with_state else int(request.since)
+    if since > store.revision:
+        # Waiting for a future revision is not worth it here: say what happened instead.
+        since = store.revision
+    try:
+        watcher, history = store.watch(request.storage_key, request.namespace, since)
+    except Compacted as exc:
+        yield error_event(expired(str(exc)).status())
+        return
+    first = True
+    deadline = time.monotonic() + request.timeout_s if request.timeout_s else None
+    try:
+        if start_with_state:
+            for obj in request.initial:
+                if request.matches(obj):
+                    yield _line("ADDED", request.render(obj, first))
+                    first = False
+            if request.send_initial_events:
+                mark = request.bookmark_object(str(since))
+                mark["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+                yield _line("BOOKMARK", mark)
+        last_rv = since
+        for past in history:
+            kind = _transition(past, request.matches)
+            last_rv = past.revision
+            if kind:
+                yield _line(kind, request.render(past.obj, first))
+                first = False
+        next_bookmark = time.monotonic() + BOOKMARK_INTERVAL_S
+        while True:
+            now = time.monotonic()
+            wait = next_bookmark - now if request.bookmarks else None
+            if deadline is not None:
+                remaining = deadline - now
+                if remaining <= 0:
+                    if request.bookmarks:
+                        yield _line("BOOKMARK", request.bookmark_object(str(max(last_rv, store.revision))))
+                    return
+                wait = remaining if wait is None else min(wait, remaining)
+            try:
+                event = await watcher.next(wait)
+            except WatchOverflow:
+                return  # the client re-watches from its last resourceVersion
+            if event is None:
+                if request.bookmarks and time.monotonic() >= next_bookmark:
+                    yield _line("BOOKMARK", request.bookmark_object(str(max(last_rv, store.revision))))
+                    next_bookmark = time.monotonic() + BOOKMARK_INTERVAL_S
+                continue
+            last_rv = event.revision
+            kind = _transition(event, request.matches)
+            if kind:
+                yield _line(kind, request.render(event.obj, first))
+                first = False
+    finally:
+        watcher.close()

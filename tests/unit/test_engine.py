@@ -1,0 +1,74 @@
+"""The reconcile engine: dedup, serial per key, requeue and backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from tether.engine import Engine, RequeueAfter
+
+
+async def _run_until(engine: Engine[str], condition: object, timeout_s: float = 2.0) -> None:
+    task = asyncio.create_task(engine.run())
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not condition():  # type: ignore[operator]
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_duplicate_keys_are_reconciled_once() -> None:
+    seen: list[str] = []
+
+    async def reconcile(key: str) -> None:
+        seen.append(key)
+
+    engine: Engine[str] = Engine("t", reconcile)
+    for _ in range(5):
+        engine.enqueue("a")
+    engine.enqueue("b")
+    await _run_until(engine, lambda: len(seen) >= 2 and engine.idle())
+    assert sorted(seen) == ["a", "b"]
+
+
+async def test_key_changed_during_reconcile_runs_again_serially() -> None:
+    running = 0
+    overlap = False
+    calls = 0
+    gate = asyncio.Event()
+
+    async def reconcile(key: str) -> None:
+        nonlocal running, overlap, calls
+        running += 1
+        overlap = overlap or running > 1
+        calls += 1
+        if calls == 1:
+            engine.enqueue(key)  # a change arrives while we work
+            gate.set()
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    engine: Engine[str] = Engine("t", reconcile, workers=4)
+    engine.enqueue("a")
+    await _run_until(engine, lambda: calls >= 2 and engine.idle())
+    assert calls == 2 and not overlap
+
+
+async def test_failures_retry_with_backoff_and_requeue_after() -> None:
+    attempts = 0
+
+    async def reconcile(key: str) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise RuntimeError("boom")
+        if attempts == 3:
+            raise RequeueAfter(0.01)
+
+    engine: Engine[str] = Engine("t", reconcile, base_backoff_s=0.01)
+    engine.enqueue("a")
+    await _run_until(engine, lambda: attempts >= 4)
+    assert attempts == 4

@@ -1,0 +1,88 @@
+"""The SQLite log store: revisions, restarts, watch replay, compaction."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tether.local.store import Compacted, KeyExists, RevisionMismatch, Store
+
+CM = "/configmaps"
+
+
+def cm(name: str, value: str = "a") -> dict:  # type: ignore[type-arg]
+    return {"metadata": {"name": name, "namespace": "default"}, "data": {"k": value}}
+
+
+def test_revisions_are_global_and_monotonic(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    a = store.create(CM, "default", "a", cm("a"))
+    b = store.create("/secrets", "default", "b", cm("b"))
+    a2 = store.update(CM, "default", "a", cm("a", "x"))
+    revisions = [int(o["metadata"]["resourceVersion"]) for o in (a, b, a2)]
+    assert revisions == sorted(revisions) and len(set(revisions)) == 3
+    assert store.revision == revisions[-1]
+
+
+def test_create_twice_and_stale_update_fail(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    first = store.create(CM, "default", "a", cm("a"))
+    with pytest.raises(KeyExists):
+        store.create(CM, "default", "a", cm("a"))
+    store.update(CM, "default", "a", cm("a", "b"), expect_rv=first["metadata"]["resourceVersion"])
+    with pytest.raises(RevisionMismatch):
+        store.update(CM, "default", "a", cm("a", "c"), expect_rv=first["metadata"]["resourceVersion"])
+
+
+def test_restart_keeps_objects_and_revision(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.create(CM, "default", "a", cm("a"))
+    store.create(CM, "default", "b", cm("b"))
+    store.delete(CM, "default", "b")
+    revision = store.revision
+    store.close()
+    again = Store(tmp_path / "s.db")
+    assert [o["metadata"]["name"] for o in again.list_objects(CM)] == ["a"]
+    assert again.revision == revision
+    created = again.create(CM, "default", "c", cm("c"))
+    assert int(created["metadata"]["resourceVersion"]) == revision + 1
+
+
+async def test_watch_replays_history_then_follows_live(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    start = store.revision
+    store.create(CM, "default", "a", cm("a"))
+    store.update(CM, "default", "a", cm("a", "z"))
+    watcher, history = store.watch(CM, "default", start)
+    assert [e.type for e in history] == ["ADDED", "MODIFIED"]
+    assert history[1].prev is not None and history[1].prev["data"]["k"] == "a"
+    store.delete(CM, "default", "a")
+    event = await watcher.next(1.0)
+    assert event is not None and event.type == "DELETED" and event.obj["data"]["k"] == "z"
+    assert await watcher.next(0.05) is None
+    watcher.close()
+
+
+async def test_watch_filters_by_namespace(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    watcher, _ = store.watch(CM, "prod", store.revision)
+    store.create(CM, "default", "a", cm("a"))
+    store.create(CM, "prod", "a", {"metadata": {"name": "a", "namespace": "prod"}})
+    event = await asyncio.wait_for(watcher.next(None), 1)
+    assert event is not None and event.namespace == "prod"
+
+
+def test_compaction_expires_old_revisions_but_keeps_state(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db", compact_keep=10)
+    for i in range(50):
+        store.update(CM, "default", "a", cm("a", str(i))) if i else store.create(CM, "default", "a", cm("a"))
+    assert store.compacted > 0
+    with pytest.raises(Compacted) as info:
+        store.watch(CM, None, 1)
+    assert "too old resource version: 1" in str(info.value)
+    store.close()
+    again = Store(tmp_path / "s.db", compact_keep=10)
+    assert again.get(CM, "default", "a")["data"]["k"] == "49"  # type: ignore[index]
+    assert again.compacted == store.compacted
