@@ -38,13 +38,29 @@ def test_rfc7386_appendix(doc: Any, patch: Any, expected: Any) -> None:
     ("doc", "patch", "expected"),
     [
         # kubectl label / annotate
-        ({"metadata": {"name": "cm", "labels": {"a": "1"}}}, {"metadata": {"labels": {"b": "2"}}}, {"metadata": {"name": "cm", "labels": {"a": "1", "b": "2"}}}),
+        (
+            {"metadata": {"name": "cm", "labels": {"a": "1"}}},
+            {"metadata": {"labels": {"b": "2"}}},
+            {"metadata": {"name": "cm", "labels": {"a": "1", "b": "2"}}},
+        ),
         # kubectl label a-
-        ({"metadata": {"labels": {"a": "1", "b": "2"}}}, {"metadata": {"labels": {"a": None}}}, {"metadata": {"labels": {"b": "2"}}}),
+        (
+            {"metadata": {"labels": {"a": "1", "b": "2"}}},
+            {"metadata": {"labels": {"a": None}}},
+            {"metadata": {"labels": {"b": "2"}}},
+        ),
         # kubectl scale on /scale
-        ({"spec": {"replicas": 1}, "status": {"replicas": 1}}, {"spec": {"replicas": 3}}, {"spec": {"replicas": 3}, "status": {"replicas": 1}}),
+        (
+            {"spec": {"replicas": 1}, "status": {"replicas": 1}},
+            {"spec": {"replicas": 3}},
+            {"spec": {"replicas": 3}, "status": {"replicas": 1}},
+        ),
         # lists are replaced whole, even lists of objects with names
-        ({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}, {"spec": {"containers": [{"name": "c"}]}}, {"spec": {"containers": [{"name": "c"}]}}),
+        (
+            {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}},
+            {"spec": {"containers": [{"name": "c"}]}},
+            {"spec": {"containers": [{"name": "c"}]}},
+        ),
         # deleting an absent key is not an error
         ({"a": 1}, {"b": None}, {"a": 1}),
         # a scalar replaced by an object merges against {}

@@ -1,0 +1,43 @@
+"""Pure patch engines for the embedded API server: no I/O, inputs are never mutated.
+
+apply_json_patch             application/json-patch+json (RFC 6902)
+apply_merge_patch            application/merge-patch+json (RFC 7386)
+apply_strategic_merge_patch  application/strategic-merge-patch+json (built-in kinds only)
+server_side_apply            application/apply-patch+yaml, with managedFields and conflicts
+record_update                managedFields bookkeeping for every other write
+"""
+
+from tether.local.patching.errors import ApplyConflictError, FieldConflict, PatchError
+from tether.local.patching.fieldsets import FieldPath, FieldSet
+from tether.local.patching.jsonpatch import apply_json_patch
+from tether.local.patching.managedfields import (
+    fieldset_of,
+    from_fields_v1,
+    record_update,
+    server_side_apply,
+    to_fields_v1,
+)
+from tether.local.patching.mergepatch import apply_merge_patch
+from tether.local.patching.strategic import (
+    MergeSchema,
+    apply_strategic_merge_patch,
+    merge_schema_for,
+)
+
+__all__ = [
+    "ApplyConflictError",
+    "FieldConflict",
+    "FieldPath",
+    "FieldSet",
+    "MergeSchema",
+    "PatchError",
+    "apply_json_patch",
+    "apply_merge_patch",
+    "apply_strategic_merge_patch",
+    "fieldset_of",
+    "from_fields_v1",
+    "merge_schema_for",
+    "record_update",
+    "server_side_apply",
+    "to_fields_v1",
+]
