@@ -160,14 +160,15 @@ def record_update(
     identity = (manager, "Update", subresource, api_version)
     previous = next((e for e in entries if e.identity == identity), None)
     if previous is None and not changed:
-        _write_entries(result, entries)
+        # Fields this write removed are owned by no one any more: they no longer exist.
+        _write_entries(result, [replace(e, fields=e.fields - removed) for e in entries])
         return result
 
     owned = ((previous.fields if previous else _EMPTY) - removed) | changed
     unchanged = previous is not None and not changed and owned == previous.fields
     time = previous.time if previous is not None and unchanged else now
     mine = _Entry(manager, "Update", api_version, time, subresource, owned)
-    others = [replace(e, fields=e.fields - changed) for e in entries if e.identity != identity]
+    others = [replace(e, fields=e.fields - changed - removed) for e in entries if e.identity != identity]
     _write_entries(result, _replace_entry(entries, mine, others))
     return result
 
