@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
 
 from tether import __version__
 from tether.cli import local
@@ -18,3 +22,16 @@ app.add_typer(local.app, name="local")
 def version() -> None:
     """Print tether's version."""
     typer.echo(__version__)
+
+
+@app.command()
+def demo(
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Where the demo clusters keep state "
+                                                  "[default: ~/.local/share/tether/demo]")] = None,
+) -> None:
+    """Start local clusters and apply a sample app to each."""
+    from tether.app import demo as demo_app
+    from tether.local import supervisor
+
+    directory = data_dir or supervisor.default_data_dir().parent / "demo"
+    raise typer.Exit(demo_app.run(directory.expanduser().resolve(), Console()))

@@ -1,0 +1,1 @@
+"""Where capabilities meet: wiring and supervision of tether's long-running parts."""
