@@ -8,7 +8,6 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.local import objects
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
 from tether.local.http import HttpServer
@@ -111,7 +110,3 @@ class LocalCluster:
         finally:
             await self._http.close(grace_s=2.0)
             self.store.close()
-
-
-def now() -> str:  # pragma: no cover - convenience for callers
-    return objects.now_rfc3339()

@@ -72,7 +72,7 @@ def plan_dependent(obj: Obj, owner_states: dict[str, str]) -> DependentPlan:
     if not refs:
         return DependentPlan()
     states = [owner_states.get(r.get("uid", ""), "absent") for r in refs]
-    if all(s in ("absent", "foreground") for s in states) and not all(s == "orphaning" for s in states):
+    if all(s in ("absent", "foreground") for s in states):
         if obj["metadata"].get("deletionTimestamp"):
             return DependentPlan()
         return DependentPlan(delete=True, foreground="foreground" in states)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import re
@@ -223,9 +224,6 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         spec.setdefault("completions", 1)
         spec.setdefault("parallelism", 1)
         _default_template(obj)
-        tmpl_spec = obj["spec"]["template"].get("spec")
-        if isinstance(tmpl_spec, dict) and tmpl_spec.get("restartPolicy") == "Always":
-            pass  # left for validation; Job pods must not restart Always
     elif group == "" and kind == "Service":
         spec = obj.setdefault("spec", {})
         spec.setdefault("type", "ClusterIP")
@@ -243,8 +241,6 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         obj.setdefault("type", "Opaque")
         string_data = obj.pop("stringData", None)
         if isinstance(string_data, dict):
-            import base64
-
             data = obj.setdefault("data", {})
             for key, value in string_data.items():
                 data[key] = base64.b64encode(str(value).encode()).decode()
@@ -254,8 +250,6 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         name = obj.get("metadata", {}).get("name")
         if name:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-    elif group == "" and kind == "ServiceAccount":
-        pass
 
 
 def deep_copy(obj: Obj) -> Obj:
