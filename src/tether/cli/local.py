@@ -51,6 +51,7 @@ def up(
     name: Annotated[list[str] | None, typer.Option("--name", help="Cluster names (repeat); overrides --clusters")] = None,
     data_dir: DataDir = None,
     foreground: Annotated[bool, typer.Option("--foreground", help="Serve in this process until Ctrl-C")] = False,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=250, help="Nodes per cluster")] = 1,
     compact_keep: Annotated[int, typer.Option(help="Revisions of history kept for watches", min=10)] = 50_000,
 ) -> None:
     """Start local clusters (kept state is reused: `down` then `up` loses nothing)."""
@@ -62,7 +63,7 @@ def up(
     if foreground:
         logging.basicConfig(level=os.environ.get("TETHER_LOG_LEVEL", "INFO"),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep))
+        asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep, nodes=nodes))
         return
     running = supervisor.read_state(layout)
     if running is not None:
@@ -71,7 +72,7 @@ def up(
         return
     with console.status(f"starting {len(names)} local cluster(s): {', '.join(names)}"):
         try:
-            state = supervisor.start_daemon(layout, names)
+            state = supervisor.start_daemon(layout, names, nodes=nodes, compact_keep=compact_keep)
         except supervisor.LocalError as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(1) from None

@@ -7,16 +7,23 @@ import logging
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
+from tether.local import components
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
 from tether.local.http import HttpServer
+from tether.local.network import ClusterNetwork
 from tether.local.operations import Operations, WriteOptions
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.local.resources import Registry
 from tether.local.store import Store
 
 log = logging.getLogger(__name__)
+
+class Component(Protocol):
+    async def run(self) -> None: ...
+
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -28,6 +35,8 @@ class ClusterConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0 picks a free port; the chosen one is kept in data_dir for restarts
     compact_keep: int = 50_000
+    index: int = 0  # the cluster's place among local clusters: picks its address ranges
+    nodes: int = 1
 
 
 def server_ssl_context(pki: ClusterPki) -> ssl.SSLContext:
@@ -54,7 +63,11 @@ class LocalCluster:
             tokens=token_checker({self.pki.token(): "tether-admin"}),
             server_address=lambda: f"{config.host}:{self.port}",
         )
+        self.network = ClusterNetwork.rootless(config.index)
         self.controllers = LocalControllers(self.ops)
+        # Long-running parts beyond the core (workload controllers, nodes, kubelets, services):
+        # each is an object with `async def run()`, supervised with the rest in run().
+        self.components: list[Component] = components.build(self)
         self._http = HttpServer(self.api.handle, host=config.host, port=self._wanted_port(),
                                 ssl_context=server_ssl_context(self.pki))
         self.started = asyncio.Event()
@@ -107,6 +120,8 @@ class LocalCluster:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.controllers.run())
+                for component in self.components:
+                    group.create_task(component.run())
         finally:
             await self._http.close(grace_s=2.0)
             self.store.close()

@@ -67,6 +67,9 @@ class Operations:
         self.registry = registry
         # Called after each committed write of a CRD, so the registry follows it.
         self.on_crd_change: Callable[[Obj | None, str], None] = self._sync_crd
+        # Admission plugins: (type, new object, current object or None on create). They may
+        # fill fields (a Service's clusterIP) or raise ApiError; they run before validation.
+        self.admission: list[Callable[[ResourceType, Obj, Obj | None], None]] = []
 
     # reads -------------------------------------------------------------------------------
 
@@ -150,6 +153,10 @@ class Operations:
         obj.update(schema.apply_defaults(pruned, rt.schema))
         return [Cause(v.reason, v.message, v.field) for v in schema.validate(obj, rt.schema)]
 
+    def _admit(self, rt: ResourceType, obj: Obj, current: Obj | None) -> None:
+        for plugin in self.admission:
+            plugin(rt, obj, current)
+
     def _require_namespace(self, rt: ResourceType, namespace: str) -> None:
         if not rt.namespaced:
             return
@@ -197,6 +204,7 @@ class Operations:
         if rt.status and (rt.group, rt.kind) not in KEEP_STATUS_ON_CREATE:
             obj.pop("status", None)
         objects.apply_defaults(rt.group, rt.kind, obj)
+        self._admit(rt, obj, None)
         self._validate(rt, obj, strict=opts.strict)
         self._require_namespace(rt, meta.get("namespace", ""))
         meta["uid"] = objects.new_uid()
@@ -278,6 +286,7 @@ class Operations:
                 raise invalid(rt.kind, name, [Cause("FieldValueForbidden", "Forbidden: no new finalizers can be added if the object is being deleted", "metadata.finalizers")], rt.group)
         if subresource != "status":
             objects.apply_defaults(rt.group, rt.kind, new)
+            self._admit(rt, new, current)
             self._validate(rt, new, strict=opts.strict)
         if "generation" in cur_meta:
             generation = int(cur_meta["generation"])

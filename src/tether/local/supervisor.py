@@ -105,10 +105,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000) -> None:
+async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1) -> None:
     """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve."""
     clusters = [
-        LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep)) for n in names
+        LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep, index=i,
+                                   nodes=nodes))
+        for i, n in enumerate(names)
     ]
     for cluster in clusters:
         await cluster.start()
@@ -138,11 +140,12 @@ async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000)
                 layout.state.unlink()
 
 
-def start_daemon(layout: Layout, names: list[str]) -> dict[str, Any]:
+def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_keep: int = 50_000) -> dict[str, Any]:
     layout.root.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         layout.state.unlink()
-    command = [sys.executable, "-m", "tether", "local", "up", "--foreground", "--data-dir", str(layout.root)]
+    command = [sys.executable, "-m", "tether", "local", "up", "--foreground", "--data-dir", str(layout.root),
+               "--nodes", str(nodes), "--compact-keep", str(compact_keep)]
     for name in names:
         command += ["--name", name]
     with layout.log.open("ab") as log_file:
