@@ -1,0 +1,452 @@
+"""The kubelet component: runs the pods bound to this cluster's nodes and reports their status."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import functools
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether.engine import Engine
+from tether.local import events, objects
+from tether.local.errors import ApiError
+from tether.local.kubelet import environment, images, probes
+from tether.local.kubelet.runtime import LogWriter, run_process
+from tether.local.kubelet.status import ContainerState, PodRuntimeState, pod_status
+from tether.local.operations import WriteOptions
+from tether.local.resources import ResourceType
+from tether.local.store import Event
+
+if TYPE_CHECKING:
+    from tether.local.cluster import LocalCluster
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+PodKey = tuple[str, str]
+PODS = "/pods"
+MANAGER = "kubelet"
+RETRY_S = 2.0
+BACKOFF_BASE_S = 1.0  # the real kubelet starts at 10 s; local clusters favour fast feedback
+BACKOFF_MAX_S = 60.0
+VIRTUAL_JOB_RUN_S = 1.0
+
+
+class PodWorker:
+    """Runs one pod: address, volumes, init containers, containers, probes, status."""
+
+    def __init__(self, kubelet: Kubelet, pod: Obj) -> None:
+        self.kubelet = kubelet
+        self.key: PodKey = (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+        self.uid: str = pod["metadata"]["uid"]
+        self.state = PodRuntimeState()
+        self.dirty = asyncio.Event()
+        self.grace_s = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        self.deleting = False
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def directory(self) -> Path:
+        return self.kubelet.pods_dir / self.uid
+
+    def pod(self) -> Obj | None:
+        pod = self.kubelet.store.get(PODS, *self.key)
+        return pod if pod is not None and pod["metadata"].get("uid") == self.uid else None
+
+    def update(self, change: Callable[[PodRuntimeState], PodRuntimeState]) -> None:
+        self.state = change(self.state)
+        self.dirty.set()
+
+    def patch(self, **changes: Any) -> None:
+        self.state = replace(self.state, **changes)
+        self.dirty.set()
+
+    def set_container(self, name: str, change: Callable[[ContainerState], ContainerState], *, init: bool) -> None:
+        def apply(state: PodRuntimeState) -> PodRuntimeState:
+            group = state.init if init else state.containers
+            updated = tuple(change(c) if c.name == name else c for c in group)
+            return replace(state, init=updated) if init else replace(state, containers=updated)
+
+        self.update(apply)
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._report())
+                group.create_task(self._live())
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        self.kubelet.release_address(self)
+        if self.deleting:
+            self.kubelet.remove_pod(self)
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.directory / "volumes", ignore_errors=True)
+
+    async def _live(self) -> None:
+        pod = self.pod()
+        if pod is None:
+            return
+        spec = pod.get("spec") or {}
+        self.update(lambda s: replace(
+            s,
+            start_time=objects.now_rfc3339(),
+            init=tuple(ContainerState(c["name"], c.get("image", ""), init=True, reason="PodInitializing")
+                       for c in spec.get("initContainers") or []),
+            containers=tuple(ContainerState(c["name"], c.get("image", "")) for c in spec.get("containers") or []),
+        ))
+        await self._address(pod)
+        await self._volumes(pod)
+        for container in spec.get("initContainers") or []:
+            await self._run_init(container)
+        async with asyncio.TaskGroup() as group:
+            for container in spec.get("containers") or []:
+                group.create_task(self._run_container(container))
+
+    async def _address(self, pod: Obj) -> None:
+        while True:
+            node = self.kubelet.store.get("/nodes", "", pod["spec"]["nodeName"])
+            try:
+                pod_ip = self.kubelet.allocate_address(pod, node)
+            except AddressUnavailable as exc:
+                message = str(exc)
+                if self.state.failure_message != message:
+                    events.record(self.kubelet.ops, pod, event_type="Warning", reason="FailedCreatePodSandBox",
+                                  message=message, component=MANAGER)
+                self.patch(failure_reason="", failure_message=message)
+                await asyncio.sleep(RETRY_S * 2.5)
+                continue
+            host_ip = self.kubelet.node_ip(node)
+            self.patch(pod_ip=pod_ip, host_ip=host_ip, failure_reason="", failure_message="")
+            return
+
+    async def _volumes(self, pod: Obj) -> None:
+        while True:
+            try:
+                materialize_volumes(pod, self.directory / "volumes", self.kubelet.lookup("configmaps"),
+                                    self.kubelet.lookup("secrets"))
+                return
+            except environment.ConfigError as exc:
+                events.record(self.kubelet.ops, pod, event_type="Warning", reason="FailedMount",
+                              message=f"MountVolume.SetUp failed: {exc}", component=MANAGER)
+                await asyncio.sleep(RETRY_S * 2.5)
+
+    async def _report(self) -> None:
+        """Write status whenever the runtime state changed (coalescing bursts)."""
+        while True:
+            await self.dirty.wait()
+            self.dirty.clear()
+            pod = self.pod()
+            if pod is None:
+                return
+            status = pod_status(pod, self.state, objects.now_rfc3339())
+            if status != pod.get("status"):
+                self.kubelet.write_status(pod, status)
+
+    # containers --------------------------------------------------------------------------
+
+    def _env(self, pod: Obj, container: Obj) -> dict[str, str]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.directory / "home")}
+        env.update(environment.container_env(
+            pod, container, services=self.kubelet.store.list_objects("/services"),
+            configmaps=self.kubelet.lookup("configmaps"), secrets=self.kubelet.lookup("secrets"),
+        ))
+        meta = pod["metadata"]
+        env.setdefault("POD_NAME", meta["name"])
+        env.setdefault("POD_NAMESPACE", meta.get("namespace", ""))
+        env.setdefault("POD_IP", self.state.pod_ip)
+        env.setdefault("NODE_NAME", pod["spec"].get("nodeName", ""))
+        env.update(self.kubelet.dns_env())
+        for mount in container.get("volumeMounts") or []:
+            name = "TETHER_MOUNT_" + "".join(ch if ch.isalnum() else "_" for ch in mount.get("mountPath", "")).upper()
+            env[name.rstrip("_")] = str(self.directory / "volumes" / mount.get("name", ""))
+        return env
+
+    async def _run_init(self, container: Obj) -> None:
+        name = container["name"]
+        while True:
+            code = await self._run_once(container, init=True)
+            if code == 0:
+                return
+            pod = self.pod()
+            policy = (pod or {}).get("spec", {}).get("restartPolicy", "Always")
+            if policy == "Never":
+                await asyncio.Event().wait()  # the pod has failed; it stays as it is
+            self.set_container(name, lambda c: c.restarted().waiting("CrashLoopBackOff"), init=True)
+            await asyncio.sleep(BACKOFF_BASE_S)
+
+    async def _run_container(self, container: Obj) -> None:
+        name = container["name"]
+        failures = 0
+        while True:
+            code = await self._run_once(container, init=False)
+            pod = self.pod()
+            if pod is None:
+                return
+            policy = pod["spec"].get("restartPolicy", "Always")
+            if policy == "Never" or (policy == "OnFailure" and code == 0):
+                await asyncio.Event().wait()  # terminated for good; status says so
+            failures = failures + 1 if code != 0 else 0
+            delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(failures - 1, 0))
+            message = f"back-off {delay:.0f}s restarting failed container={name} pod={self.key[1]}"
+            self.set_container(name, functools.partial(ContainerState.waiting, reason="CrashLoopBackOff", message=message), init=False)
+            await asyncio.sleep(delay)
+            self.set_container(name, lambda c: c.restarted(), init=False)
+
+    async def _run_once(self, container: Obj, *, init: bool) -> int:
+        """Run the container once; returns its exit code."""
+        pod = self.pod()
+        if pod is None:
+            await asyncio.Event().wait()
+        assert pod is not None
+        name = container["name"]
+        try:
+            program = images.resolve(container, self.kubelet.image_map)
+            env = self._env(pod, container)
+        except (environment.ConfigError, images.ImageError) as exc:
+            message = str(exc)
+            self.set_container(name, lambda c: c.waiting("CreateContainerConfigError", message), init=init)
+            await asyncio.sleep(RETRY_S)
+            return await self._run_once(container, init=init)
+        restart = next((c.restart_count for c in (self.state.init if init else self.state.containers)
+                        if c.name == name), 0)
+        logfile = LogWriter(self.directory / "logs" / name / f"{restart}.log")
+        try:
+            if program.virtual:
+                return await self._run_virtual(pod, container, init=init)
+            started = asyncio.Event()
+            code = 137  # what a container killed by its failed liveness probe reports
+            try:
+                async with asyncio.TaskGroup() as group:
+                    watcher = group.create_task(self._when_started(started, pod, container, env, init=init))
+                    code = await run_process(program.argv, env=env, cwd=self.directory / "root", log=logfile,
+                                             started=started, grace_s=lambda: self.grace_s)
+                    watcher.cancel()
+            except* LivenessFailed:
+                logfile.write("stderr", b"container killed: liveness probe failed")
+            at = objects.now_rfc3339()
+            self.set_container(name, lambda c: c.terminated(code, at), init=init)
+            return code
+        finally:
+            logfile.close()
+
+    async def _when_started(self, started: asyncio.Event, pod: Obj, container: Obj, env: dict[str, str], *,
+                            init: bool) -> None:
+        await started.wait()
+        at = objects.now_rfc3339()
+        name = container["name"]
+        self.set_container(name, lambda c: c.running(at), init=init)
+        if init:
+            return
+        await self._probe(pod, container, env, real=True)
+
+    async def _run_virtual(self, pod: Obj, container: Obj, *, init: bool) -> int:
+        at = objects.now_rfc3339()
+        name = container["name"]
+        self.set_container(name, lambda c: c.running(at), init=init)
+        owners = pod["metadata"].get("ownerReferences") or []
+        finishes = init or any(o.get("kind") == "Job" for o in owners) or pod["spec"].get("restartPolicy") == "Never"
+        if finishes:  # kwok's pod-complete stage: virtual run-to-completion pods succeed
+            await asyncio.sleep(VIRTUAL_JOB_RUN_S)
+            return 0
+        await self._probe(pod, container, {}, real=False)
+        await asyncio.Event().wait()
+        return 0
+
+    async def _probe(self, pod: Obj, container: Obj, env: dict[str, str], *, real: bool) -> None:
+        name = container["name"]
+        readiness = container.get("readinessProbe")
+        liveness = container.get("livenessProbe")
+
+        def ready(ok: bool) -> None:
+            self.set_container(name, lambda c: replace(c, ready=ok) if c.state == "running" else c, init=False)
+
+        if not real or not readiness:
+            ready(True)
+        if not real or not (readiness or liveness):
+            return
+        cwd = self.directory / "root"
+        async with asyncio.TaskGroup() as group:
+            if readiness:
+                check = probes.checker(readiness, container, pod_ip=self.state.pod_ip, env=env, cwd=cwd)
+                group.create_task(probes.run_probe(check, probes.ProbeTiming.of(readiness), ready))
+            if liveness:
+                check = probes.checker(liveness, container, pod_ip=self.state.pod_ip, env=env, cwd=cwd)
+
+                def alive(ok: bool) -> None:
+                    if not ok:
+                        events.record(self.kubelet.ops, pod, event_type="Warning", reason="Unhealthy",
+                                      message=f"Liveness probe failed for container {name}", component=MANAGER)
+                        raise LivenessFailed(name)
+
+                group.create_task(probes.run_probe(check, probes.ProbeTiming.of(liveness), alive))
+
+
+class LivenessFailed(Exception):
+    pass
+
+
+class AddressUnavailable(Exception):
+    pass
+
+
+def materialize_volumes(pod: Obj, root: Path, configmaps: environment.Lookup, secrets: environment.Lookup) -> None:
+    namespace = pod["metadata"].get("namespace", "default")
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        target = root / volume["name"]
+        target.mkdir(parents=True, exist_ok=True)
+        for kind, lookup, field in (("configMap", configmaps, "name"), ("secret", secrets, "secretName")):
+            source = volume.get(kind)
+            if source is None:
+                continue
+            obj = lookup(namespace, str(source.get(field, "")))
+            if obj is None:
+                if source.get("optional"):
+                    continue
+                raise environment.ConfigError(f'{kind.lower()} "{source.get(field)}" not found')
+            data = dict(obj.get("data") or {})
+            decoded = {k: base64.b64decode(v) if kind == "secret" else str(v).encode() for k, v in data.items()}
+            if kind == "configMap":
+                decoded.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+            items = source.get("items")
+            files = {i["path"]: decoded[i["key"]] for i in items if i.get("key") in decoded} if items else decoded
+            for path, content in files.items():
+                destination = target / path
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                destination.write_bytes(content)
+                if kind == "secret":
+                    destination.chmod(0o600)
+
+
+class Kubelet:
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.ops = cluster.ops
+        self.store = cluster.store
+        self.pods_dir = cluster.config.data_dir / "pods"
+        map_file = os.environ.get("TETHER_IMAGE_MAP")
+        self.image_map = images.ImageMap.load(Path(map_file) if map_file else cluster.config.data_dir / "images.yaml")
+        self.workers: dict[PodKey, PodWorker] = {}
+        self.engine: Engine[PodKey] = Engine("kubelet", self._reconcile, workers=4)
+        self._group: asyncio.TaskGroup | None = None
+        self.allocate_address: Callable[[Obj, Obj | None], str] = self._node_range_address
+        self.release_address: Callable[[PodWorker], None] = lambda worker: None
+        self.dns_env: Callable[[], dict[str, str]] = dict
+
+    def _rt(self, plural: str) -> ResourceType:
+        rt = self.ops.registry.lookup("", "v1", plural)
+        assert rt is not None
+        return rt
+
+    def lookup(self, plural: str) -> environment.Lookup:
+        def find(namespace: str, name: str) -> Obj | None:
+            return self.store.get(f"/{plural}", namespace, name)
+
+        return find
+
+    def node_ip(self, node: Obj | None) -> str:
+        for address in ((node or {}).get("status") or {}).get("addresses") or []:
+            if address.get("type") == "InternalIP":
+                return str(address.get("address", ""))
+        return "127.0.0.1"
+
+    def _node_range_address(self, pod: Obj, node: Obj | None) -> str:
+        raise AddressUnavailable(f"no address allocator for node {pod['spec'].get('nodeName')}")
+
+    # supervision -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        watcher, _ = self.store.watch(PODS, None, self.store.revision)
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                group.create_task(self.engine.run())
+                for pod in self.store.list_objects(PODS):
+                    self.engine.enqueue(_key(pod))
+                while True:
+                    event: Event | None = await watcher.next(None)
+                    if event is not None:
+                        self.engine.enqueue((event.namespace, event.name))
+        finally:
+            watcher.close()
+
+    async def _reconcile(self, key: PodKey) -> None:
+        pod = self.store.get(PODS, *key)
+        worker = self.workers.get(key)
+        if worker is not None and (pod is None or pod["metadata"].get("uid") != worker.uid):
+            worker.deleting = False
+            self._stop(worker)
+            worker = None
+        if pod is None or not (pod.get("spec") or {}).get("nodeName"):
+            return
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            if worker is None:
+                self._delete_now(pod)
+                return
+            worker.deleting = True
+            worker.grace_s = float(meta.get("deletionGracePeriodSeconds") or 0)
+            self._stop(worker)
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if worker is None and phase not in ("Succeeded", "Failed") and self._group is not None:
+            worker = PodWorker(self, pod)
+            self.workers[key] = worker
+            worker.task = self._group.create_task(self._supervise(worker))
+
+    async def _supervise(self, worker: PodWorker) -> None:
+        try:
+            await worker.run()
+        except Exception:
+            log.exception("pod %s/%s failed in the kubelet", *worker.key)
+        finally:
+            if self.workers.get(worker.key) is worker:
+                del self.workers[worker.key]
+                self.engine.enqueue(worker.key, delay_s=RETRY_S)
+
+    def _stop(self, worker: PodWorker) -> None:
+        if worker.task is not None and not worker.task.done():
+            worker.task.cancel()
+
+    # API writes --------------------------------------------------------------------------
+
+    def write_status(self, pod: Obj, status: Obj) -> None:
+        updated = copy.deepcopy(pod)
+        updated["status"] = status
+        meta = pod["metadata"]
+        try:
+            self.ops.update(self._rt("pods"), meta.get("namespace", ""), meta["name"], updated,
+                            WriteOptions(manager=MANAGER), subresource="status")
+        except ApiError as exc:
+            if exc.code != 404:
+                log.warning("status of pod %s/%s not written: %s", meta.get("namespace"), meta["name"], exc)
+
+    def _delete_now(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        try:
+            self.ops.delete(self._rt("pods"), meta.get("namespace", ""), meta["name"],
+                            {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}},
+                            WriteOptions(manager=MANAGER))
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                raise
+
+    def remove_pod(self, worker: PodWorker) -> None:
+        pod = worker.pod()
+        if pod is not None:
+            self._delete_now(pod)
+
+
+def _key(pod: Obj) -> PodKey:
+    return (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])

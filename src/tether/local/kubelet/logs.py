@@ -1,0 +1,174 @@
+"""`pods/log`: container logs with follow, tailLines, sinceSeconds/sinceTime, timestamps, previous."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tether.local.errors import ApiError, bad_request
+from tether.local.http import Reply, Request, Response, StreamResponse
+from tether.local.kubelet.runtime import parse_log_line
+from tether.local.resources import ResourceType
+from tether.local.store import Store
+
+Obj = dict[str, Any]
+FOLLOW_POLL_S = 0.2
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    container: str
+    follow: bool
+    previous: bool
+    timestamps: bool
+    tail_lines: int | None
+    since: dt.datetime | None
+    limit_bytes: int | None
+
+
+def _int(request: Request, name: str) -> int | None:
+    text = request.param(name)
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise bad_request(f"{name}: must be an integer") from None
+    if value < 0:
+        raise bad_request(f"{name}: must be greater than or equal to 0")
+    return value
+
+
+def _since(request: Request) -> dt.datetime | None:
+    seconds = _int(request, "sinceSeconds")
+    if seconds is not None:
+        return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
+    text = request.param("sinceTime")
+    if text:
+        try:
+            return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise bad_request(f"sinceTime: {text!r} is not an RFC 3339 time") from None
+    return None
+
+
+def choose_container(pod: Obj, requested: str) -> str:
+    names = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+    init_names = [c["name"] for c in (pod.get("spec") or {}).get("initContainers") or []]
+    name = pod["metadata"]["name"]
+    if requested:
+        if requested not in names + init_names:
+            raise bad_request(f"container {requested} is not valid for pod {name}")
+        return requested
+    default = (pod["metadata"].get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
+    if default in names:
+        return str(default)
+    if len(names) == 1:
+        return str(names[0])
+    raise bad_request(f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]")
+
+
+def _container_status(pod: Obj, container: str) -> Obj | None:
+    status = pod.get("status") or {}
+    for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+        if entry.get("name") == container:
+            return dict(entry)
+    return None
+
+
+def log_file(pods_dir: Path, pod: Obj, container: str, *, previous: bool) -> Path:
+    pod_name = pod["metadata"]["name"]
+    status = _container_status(pod, container)
+    if status is None:
+        raise bad_request(f'container "{container}" in pod "{pod_name}" is waiting to start: ContainerCreating')
+    restarts = int(status.get("restartCount", 0))
+    base = pods_dir / pod["metadata"].get("uid", "") / "logs" / container
+    if previous:
+        path = base / f"{restarts - 1}.log"
+        if restarts == 0 or not path.exists():
+            raise bad_request(f'previous terminated container "{container}" in pod "{pod_name}" not found')
+        return path
+    path = base / f"{restarts}.log"
+    if not path.exists():
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason", "ContainerCreating")
+        raise bad_request(f'container "{container}" in pod "{pod_name}" is waiting to start: {reason}')
+    return path
+
+
+def _render(raw: bytes, options: LogOptions) -> bytes | None:
+    stamp, _stream, text = parse_log_line(raw)
+    if options.since is not None:
+        try:
+            when = dt.datetime.fromisoformat(stamp[:26] + "+00:00")
+        except ValueError:
+            when = None
+        if when is not None and when < options.since:
+            return None
+    return (f"{stamp} ".encode() + text) if options.timestamps else text
+
+
+class LogServer:
+    def __init__(self, store: Store, pods_dir: Path) -> None:
+        self.store = store
+        self.pods_dir = pods_dir
+
+    async def __call__(self, request: Request, rt: ResourceType, namespace: str, name: str, rest: str) -> Reply:
+        if request.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", "pods/log supports GET only")
+        pod = self.store.get("/pods", namespace, name)
+        if pod is None:
+            raise ApiError(404, "NotFound", f'pods "{name}" not found', name=name, kind="pods")
+        options = LogOptions(
+            container=choose_container(pod, request.param("container")),
+            follow=request.param("follow") in ("true", "1"),
+            previous=request.param("previous") in ("true", "1"),
+            timestamps=request.param("timestamps") in ("true", "1"),
+            tail_lines=_int(request, "tailLines"),
+            since=_since(request),
+            limit_bytes=_int(request, "limitBytes"),
+        )
+        path = log_file(self.pods_dir, pod, options.container, previous=options.previous)
+        lines = [r for r in (_render(raw, options) for raw in path.read_bytes().splitlines()) if r is not None]
+        if options.tail_lines is not None:
+            lines = lines[-options.tail_lines:] if options.tail_lines else []
+        body = b"".join(line + b"\n" for line in lines)
+        if options.limit_bytes is not None:
+            body = body[: options.limit_bytes]
+        if not options.follow or options.previous:
+            return Response(200, body, content_type="text/plain")
+        return StreamResponse(200, self._follow(pod, path, body, options), content_type="text/plain")
+
+    async def _follow(self, pod: Obj, path: Path, first: bytes, options: LogOptions) -> AsyncIterator[bytes]:
+        if first:
+            yield first
+        offset = path.stat().st_size
+        pending = b""
+        uid = pod["metadata"]["uid"]
+        namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+        while True:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            offset += len(chunk)
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            out = [r for r in (_render(raw, options) for raw in complete) if r is not None]
+            if out:
+                yield b"".join(line + b"\n" for line in out)
+            current = self.store.get("/pods", namespace, name)
+            if current is None or current["metadata"].get("uid") != uid or self._run_over(current, options, path):
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)
+
+    def _run_over(self, pod: Obj, options: LogOptions, path: Path) -> bool:
+        """The followed run ended: the container restarted (a new file) or terminated."""
+        status = _container_status(pod, options.container) or {}
+        if path.name != f"{int(status.get('restartCount', 0))}.log":
+            return True
+        return "terminated" in (status.get("state") or {})
