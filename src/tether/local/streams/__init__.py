@@ -1,0 +1,1 @@
+"""Sans-io protocol state machines for the streaming subresources (exec, attach, port-forward)."""
