@@ -364,6 +364,22 @@ class Kubelet:
     def _node_range_address(self, pod: Obj, node: Obj | None) -> str:
         raise AddressUnavailable(f"no address allocator for node {pod['spec'].get('nodeName')}")
 
+    # what streaming subresources (exec, attach, port-forward) need --------------------------
+
+    def exec_environment(self, pod: Obj, container: Obj) -> tuple[dict[str, str], Path]:
+        """The environment and working directory a command exec'd in this container gets.
+
+        Raises environment.ConfigError when the container's env cannot be built.
+        """
+        worker = self.workers.get(_key(pod))
+        if worker is None or worker.uid != pod["metadata"].get("uid"):
+            worker = PodWorker(self, pod)  # not running here: same env rules, no state
+        env = worker._env(pod, container)
+        env.setdefault("POD_IP", str((pod.get("status") or {}).get("podIP", "")))
+        cwd = worker.directory / "root"
+        cwd.mkdir(parents=True, exist_ok=True)
+        return env, cwd
+
     # supervision -------------------------------------------------------------------------
 
     async def run(self) -> None:
