@@ -87,7 +87,7 @@ def log_file(pods_dir: Path, pod: Obj, container: str, *, previous: bool) -> Pat
     if status is None:
         raise bad_request(f'container "{container}" in pod "{pod_name}" is waiting to start: ContainerCreating')
     restarts = int(status.get("restartCount", 0))
-    base = pods_dir / pod["metadata"].get("uid", "") / "logs" / container
+    base: Path = pods_dir / str(pod["metadata"].get("uid", "")) / "logs" / container
     if previous:
         path = base / f"{restarts - 1}.log"
         if restarts == 0 or not path.exists():
