@@ -42,6 +42,7 @@ SERVER_VERSION = {
 }
 PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
+OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 # Extra handlers for subresources served by other parts (logs, exec, ...), keyed by name.
 SubresourceHandler = Callable[[Request, ResourceType, str, str, str], Awaitable[Reply]]
 
@@ -163,6 +164,10 @@ class ApiServer:
         return _json(200, discovery.api_group_list(self.registry))
 
     def _openapi(self, request: Request, path: str) -> Response:
+        if path == "/openapi/v2":
+            # kubectl's client-side validation (used for `kind: List` input) needs a v2 document; an
+            # empty one (protobuf `swagger: "2.0"`, no definitions) means "no schema: skip".
+            return Response(200, b"\n\x032.0", content_type=OPENAPI_V2_PROTOBUF)
         if path == "/openapi/v3":
             return _json(200, openapi.root_document(self.registry))
         prefix = "/openapi/v3/"
@@ -209,7 +214,7 @@ class ApiServer:
         opts = self._write_options(request, user)
         if method == "GET":
             if not target.name:
-                if request.param("watch") in ("true", "1"):
+                if _flag(request, "watch"):
                     return self._watch(request, rt, target.namespace)
                 return self._list(request, rt, target.namespace)
             obj = self.ops.get(rt, target.namespace, target.name)
@@ -266,7 +271,7 @@ class ApiServer:
             manager=manager,
             dry_run=bool(dry_run),
             strict=request.param("fieldValidation") == "Strict",
-            force=request.param("force") in ("true", "1"),
+            force=_flag(request, "force"),
             user=user,
         )
 
@@ -280,7 +285,7 @@ class ApiServer:
             if request.param(name):
                 options[name] = request.param(name)
         if request.param("orphanDependents"):
-            options["orphanDependents"] = request.param("orphanDependents") == "true"
+            options["orphanDependents"] = _flag(request, "orphanDependents")
         if options.get("gracePeriodSeconds") is not None:
             try:
                 options["gracePeriodSeconds"] = int(options["gracePeriodSeconds"])
@@ -404,8 +409,8 @@ class ApiServer:
     def _watch(self, request: Request, rt: ResourceType, namespace: str) -> StreamResponse:
         self._require_verb(rt, "watch")
         matches = self._matcher(request, rt)
-        send_initial = request.param("sendInitialEvents") == "true"
-        bookmarks = request.param("allowWatchBookmarks") == "true"
+        send_initial = _flag(request, "sendInitialEvents")
+        bookmarks = _flag(request, "allowWatchBookmarks")
         if send_initial and (not bookmarks or request.param("resourceVersionMatch") != "NotOlderThan"):
             raise ApiError(422, "Invalid", "sendInitialEvents requires allowWatchBookmarks=true and "
                            "resourceVersionMatch=NotOlderThan")
@@ -501,6 +506,11 @@ class ApiServer:
         except (ValueError, patching.PatchError) as exc:
             raise bad_request(f"error applying patch to Scale: {exc}") from None
         return self._write_scale(rt, target, patched, opts)
+
+
+def _flag(request: Request, name: str) -> bool:
+    """A boolean query parameter, spelled any way Go's strconv.ParseBool accepts."""
+    return request.param(name) in ("1", "t", "T", "true", "True", "TRUE")
 
 
 def _sort_key(obj: Obj) -> tuple[str, str]:

@@ -300,32 +300,32 @@ class HttpServer:
         writer.write(_head(reply.status, headers))
         await writer.drain()
         # A client that goes away must end the stream even when no event is due, or
-        # idle watches would pile up; reading its side is how EOF is noticed.
-        gone = asyncio.ensure_future(reader.read(1))
+        # idle watches would pile up; reading its side is how EOF is noticed. One pump task
+        # per stream (not one task per chunk) keeps the cost of a watch event low: a single
+        # write fans out to every watcher.
         chunks = reply.chunks
+        gone = asyncio.ensure_future(reader.read(1))
+        pump = asyncio.ensure_future(self._pump(writer, chunks))
         try:
-            while True:
-                nxt = asyncio.ensure_future(anext(chunks))
-                done, _ = await asyncio.wait({nxt, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if nxt not in done:
-                    nxt.cancel()
-                    with contextlib.suppress(BaseException):
-                        await nxt
-                    raise ConnectionResetError("client went away")
-                try:
-                    chunk = nxt.result()
-                except StopAsyncIteration:
-                    break
-                if chunk:
-                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    await writer.drain()
+            done, _ = await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if pump not in done:
+                raise ConnectionResetError("client went away")
+            pump.result()  # re-raises a failed write
             writer.write(b"0\r\n\r\n")
             await writer.drain()
         finally:
-            gone.cancel()
-            with contextlib.suppress(BaseException):
-                await gone
+            for task in (pump, gone):
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(BaseException):
                     await aclose()
+
+    @staticmethod
+    async def _pump(writer: asyncio.StreamWriter, chunks: AsyncIterator[bytes]) -> None:
+        async for chunk in chunks:
+            if chunk:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()

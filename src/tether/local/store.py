@@ -83,10 +83,17 @@ class Watcher:
 
     async def next(self, timeout_s: float | None = None) -> Event | None:
         """The next event, or None on timeout; raises WatchOverflow when cut off."""
-        try:
-            event = await asyncio.wait_for(self._queue.get(), timeout_s)
-        except TimeoutError:
-            return None
+        if not self._queue.empty():
+            # Fast path: one write fans out to every watcher, so events are usually waiting;
+            # `wait_for` would wrap each get in a new task and a timer handle.
+            event = self._queue.get_nowait()
+        elif timeout_s is None:
+            event = await self._queue.get()
+        else:
+            try:
+                event = await asyncio.wait_for(self._queue.get(), timeout_s)
+            except TimeoutError:
+                return None
         if event is None:
             raise WatchOverflow("watcher fell behind")
         return event
