@@ -12,7 +12,7 @@ async def _run_until(engine: Engine[str], condition: object, timeout_s: float = 
     task = asyncio.create_task(engine.run())
     try:
         async with asyncio.timeout(timeout_s):
-            while not condition():  # type: ignore[operator]
+            while not condition():  # type: ignore[operator]  # noqa: ASYNC110 - polling a test condition
                 await asyncio.sleep(0.01)
     finally:
         task.cancel()

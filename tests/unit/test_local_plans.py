@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from tether.local.controllers import DependentPlan, NamespacePlan, OwnerIndex, plan_dependent, plan_namespace
+from tether.local.controllers import (
+    DependentPlan,
+    NamespacePlan,
+    OwnerIndex,
+    plan_dependent,
+    plan_namespace,
+)
 
 
 def ns(*, deleting: bool, finalizers: list[str] | None = None) -> dict[str, Any]:

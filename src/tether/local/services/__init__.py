@@ -1,0 +1,39 @@
+"""Services for local clusters: ClusterIP/NodePort allocation, Endpoints and EndpointSlices,
+a userspace service proxy and a cluster DNS server.
+
+`build(cluster)` adds the allocation admission plugin to `cluster.ops.admission` and returns the
+components (each with `async def run()`); `dns.address_for(cluster)` says where DNS listens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tether.local.services.allocation import ServiceAllocator
+from tether.local.services.dns import ADDRESS_FILE, DnsServer, address_for
+from tether.local.services.endpoints import EndpointsController
+from tether.local.services.proxy import ServiceProxy
+from tether.local.services.registry import ServiceRegistry
+
+if TYPE_CHECKING:
+    from tether.local.cluster import Component, LocalCluster
+
+__all__ = ["DnsServer", "EndpointsController", "ServiceAllocator", "ServiceProxy", "ServiceRegistry",
+           "address_for", "build"]
+
+
+def build(cluster: LocalCluster) -> list[Component]:
+    allocator = ServiceAllocator(cluster.store, cluster.network)
+    cluster.ops.admission.append(allocator)
+    registry = ServiceRegistry(
+        cluster.ops, cluster.network, allocator,
+        api_address=lambda: (cluster.config.host, cluster.port),
+        wait_started=lambda: cluster.started.wait(),  # `started` exists once __init__ is done
+    )
+    return [
+        registry,
+        EndpointsController(cluster.ops),
+        ServiceProxy(cluster.store),
+        DnsServer(cluster.store, cluster.network.dns_service_ip,
+                  address_file=cluster.config.data_dir / ADDRESS_FILE),
+    ]
