@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tether.local import components
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
 from tether.local.http import HttpServer
-from tether.local.network import ClusterNetwork
+from tether.local.network import ClusterNetwork, claim_index
 from tether.local.operations import Operations, WriteOptions
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.local.resources import Registry
@@ -35,7 +36,7 @@ class ClusterConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0 picks a free port; the chosen one is kept in data_dir for restarts
     compact_keep: int = 50_000
-    index: int = 0  # the cluster's place among local clusters: picks its address ranges
+    index: int | None = None  # preferred address-range index; claimed machine-wide at start
     nodes: int = 1
 
 
@@ -63,14 +64,25 @@ class LocalCluster:
             tokens=token_checker({self.pki.token(): "tether-admin"}),
             server_address=lambda: f"{config.host}:{self.port}",
         )
-        self.network = ClusterNetwork.rootless(config.index)
+        self._index = claim_index(self._preferred_index())
+        (config.data_dir / "network.json").write_text(json.dumps({"index": self._index.index}))
+        self.network = ClusterNetwork.rootless(self._index.index)
         self.controllers = LocalControllers(self.ops)
         # Long-running parts beyond the core (workload controllers, nodes, kubelets, services):
         # each is an object with `async def run()`, supervised with the rest in run().
+        self.kubelet: Any = None  # set by the kubelet component; streaming handlers use it
         self.components: list[Component] = components.build(self)
         self._http = HttpServer(self.api.handle, host=config.host, port=self._wanted_port(),
                                 ssl_context=server_ssl_context(self.pki))
         self.started = asyncio.Event()
+
+    def _preferred_index(self) -> int | None:
+        if self.config.index is not None:
+            return self.config.index
+        try:
+            return int(json.loads((self.config.data_dir / "network.json").read_text())["index"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def _port_file(self) -> Path:
         return self.config.data_dir / "port"
@@ -125,3 +137,4 @@ class LocalCluster:
         finally:
             await self._http.close(grace_s=2.0)
             self.store.close()
+            self._index.release()

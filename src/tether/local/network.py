@@ -7,8 +7,13 @@ bind any of those addresses without privileges: cluster i gets pods in 127.(16+i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
+import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
 MAX_CLUSTERS = 32
 MAX_NODES = 250
@@ -51,3 +56,39 @@ class ClusterNetwork:
     @property
     def dns_service_ip(self) -> str:
         return str(self.service_cidr.network_address + 10)
+
+
+LOCK_DIR = Path(os.environ.get("TETHER_LOCK_DIR", "/tmp/tether-local-locks"))
+
+
+class IndexClaim:
+    """Holds one cluster index machine-wide for as long as the process lives (an flock).
+
+    Two local clusters with the same index would share pod and service addresses; every
+    cluster on the machine, whatever its data directory, claims its own.
+    """
+
+    def __init__(self, index: int, handle: IO[bytes]) -> None:
+        self.index = index
+        self._handle = handle
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+        self._handle.close()
+
+
+def claim_index(preferred: int | None, lock_dir: Path = LOCK_DIR) -> IndexClaim:
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        lock_dir.chmod(0o1777)  # shared by every user's clusters on this machine
+    order = ([preferred] if preferred is not None else []) + [i for i in range(MAX_CLUSTERS) if i != preferred]
+    for index in order:
+        handle = (lock_dir / f"cluster-{index}.lock").open("ab")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        return IndexClaim(index, handle)
+    raise NetworkError(f"all {MAX_CLUSTERS} local cluster address ranges are in use on this machine")

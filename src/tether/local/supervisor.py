@@ -108,9 +108,9 @@ def _alive(pid: int) -> bool:
 async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1) -> None:
     """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve."""
     clusters = [
-        LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep, index=i,
+        LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep,
                                    nodes=nodes))
-        for i, n in enumerate(names)
+        for n in names
     ]
     for cluster in clusters:
         await cluster.start()
