@@ -82,15 +82,21 @@ def scheduled(c: Clusters, ns: str, name: str) -> dict[str, Any] | None:
     return pod if "PodScheduled" in conditions else None
 
 
+def _pods_octet(c1: Clusters) -> int:
+    """The second octet of the cluster's pod range: its address index is claimed machine-wide."""
+    network = json.loads((c1.data_dir / "clusters" / "c1" / "network.json").read_text())
+    return 16 + int(network["index"])
+
+
 def test_four_ready_nodes_with_internal_ips_and_leases(c1: Clusters) -> None:
     rows = poll(lambda: (r := ready_nodes(c1)) and len(r) == 4 and r, timeout=15, what="4 Ready nodes")
-    assert [(r[0], r[5]) for r in rows] == [(f"c1-node-{i}", f"127.16.{i + 1}.1") for i in range(4)]
+    assert [(r[0], r[5]) for r in rows] == [(f"c1-node-{i}", f"127.{_pods_octet(c1)}.{i + 1}.1") for i in range(4)]
     assert {r[4] for r in rows} == {"v1.37.0"}
     node = c1.kubectl_json("get", "node", "c1-node-1")
     labels = node["metadata"]["labels"]
     assert labels["topology.kubernetes.io/zone"] == "c1-zone-1"
     assert labels["kubernetes.io/hostname"] == "c1-node-1"
-    assert node["spec"]["podCIDR"] == "127.16.2.0/24"
+    assert node["spec"]["podCIDR"] == f"127.{_pods_octet(c1)}.2.0/24"
     leases = c1.kubectl("get", "leases", "-n", "kube-node-lease", "--no-headers").stdout.split()
     assert {f"c1-node-{i}" for i in range(4)} <= set(leases)
 
@@ -186,9 +192,9 @@ def test_user_added_node_is_initialised(c1: Clusters) -> None:
                                                    "metadata": {"name": name, "labels": {"team": "a"}}}))
     try:
         row = poll(lambda: next((r for r in ready_nodes(c1) if r[0] == name), None), what="the new node Ready")
-        assert row[5] == "127.16.5.1"  # the first address slot after the four configured nodes
+        assert row[5] == f"127.{_pods_octet(c1)}.5.1"  # the first address slot after the four configured nodes
         node = c1.kubectl_json("get", "node", name)
         assert node["metadata"]["labels"]["team"] == "a"
-        assert node["spec"]["podCIDR"] == "127.16.5.0/24"
+        assert node["spec"]["podCIDR"] == f"127.{_pods_octet(c1)}.5.0/24"
     finally:
         c1.kubectl("delete", "node", name, check=False)

@@ -115,6 +115,14 @@ def kind_causes(group: str, kind: str, obj: Obj) -> list[Cause]:
         ):
             causes.append(Cause("FieldValueInvalid", "Invalid value: map[string]string{}: `selector` does not "
                                 "match template `labels`", "spec.template.metadata.labels"))
+        replicas = _template_spec(obj, "spec", "replicas")
+        if kind in ("Deployment", "ReplicaSet", "StatefulSet") and replicas is not None:
+            if not isinstance(replicas, int) or isinstance(replicas, bool):
+                causes.append(Cause("FieldValueTypeInvalid", f'Invalid value: "{replicas}": spec.replicas in body '
+                                    "must be of type integer", "spec.replicas"))
+            elif replicas < 0:
+                causes.append(Cause("FieldValueInvalid", f"Invalid value: {replicas}: must be greater than or "
+                                    "equal to 0", "spec.replicas"))
         return causes
     if group == "" and kind == "Service":
         spec = obj.get("spec") or {}
@@ -132,6 +140,9 @@ def kind_causes(group: str, kind: str, obj: Obj) -> list[Cause]:
             values = obj.get(field)
             if values is not None and not isinstance(values, dict):
                 causes.append(Cause("FieldValueTypeInvalid", "must be a map", field))
+            elif values:
+                causes += [Cause("FieldValueTypeInvalid", "must be a string", f"{field}[{key}]")
+                           for key, value in values.items() if not isinstance(value, str)]
         return causes
     return []
 

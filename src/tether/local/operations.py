@@ -206,6 +206,7 @@ class Operations:
         objects.apply_defaults(rt.group, rt.kind, obj)
         self._admit(rt, obj, None)
         self._validate(rt, obj, strict=opts.strict)
+        meta = obj["metadata"]  # CR schema pruning rebuilds the object
         self._require_namespace(rt, meta.get("namespace", ""))
         meta["uid"] = objects.new_uid()
         meta["creationTimestamp"] = objects.now_rfc3339()
@@ -288,6 +289,7 @@ class Operations:
             objects.apply_defaults(rt.group, rt.kind, new)
             self._admit(rt, new, current)
             self._validate(rt, new, strict=opts.strict)
+            meta = new["metadata"]  # CR schema pruning rebuilds the object
         if "generation" in cur_meta:
             generation = int(cur_meta["generation"])
             meta["generation"] = generation + 1 if objects.spec_changed(current, new) else generation
