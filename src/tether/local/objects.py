@@ -263,6 +263,22 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
 
 
+def default_job_selector(job: Obj) -> None:
+    """A Job without a selector selects its own pods by its uid, as the real API server sets it."""
+    spec = job.setdefault("spec", {})
+    if spec.get("selector") or spec.get("manualSelector"):
+        return
+    uid, name = job["metadata"]["uid"], job["metadata"]["name"]
+    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    labels = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
+    labels.update({
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+    })
+
+
 def deep_copy(obj: Obj) -> Obj:
     return copy.deepcopy(obj)
 

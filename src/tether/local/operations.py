@@ -209,6 +209,8 @@ class Operations:
         meta = obj["metadata"]  # CR schema pruning rebuilds the object
         self._require_namespace(rt, meta.get("namespace", ""))
         meta["uid"] = objects.new_uid()
+        if rt.group == "batch" and rt.kind == "Job":
+            objects.default_job_selector(obj)
         meta["creationTimestamp"] = objects.now_rfc3339()
         if rt.has_generation or rt.crd:
             meta["generation"] = 1
