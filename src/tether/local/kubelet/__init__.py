@@ -14,8 +14,11 @@ if TYPE_CHECKING:
 
 def build(cluster: LocalCluster) -> list[Component]:
     """The kubelet, its address allocator (IPAM), and the pod subresources it serves."""
+    from tether.local.kubelet.exec import AttachServer, ExecServer
     from tether.local.kubelet.kubelet import AddressUnavailable, Kubelet, PodWorker
     from tether.local.kubelet.logs import LogServer
+    from tether.local.kubelet.portforward import PortForwardServer
+    from tether.local.kubelet.proxy import ProxyServer
     from tether.local.nodes import ipam, scheduler
 
     kubelet = Kubelet(cluster)
@@ -37,5 +40,9 @@ def build(cluster: LocalCluster) -> list[Component]:
     kubelet.release_address = release
     cluster.api.subresource_handlers["log"] = LogServer(cluster.store, kubelet.pods_dir)
     cluster.api.subresource_handlers["binding"] = scheduler.binding_handler(cluster.ops)
+    cluster.api.subresource_handlers["exec"] = ExecServer(cluster.store, kubelet)
+    cluster.api.subresource_handlers["attach"] = AttachServer(cluster.store, kubelet)
+    cluster.api.subresource_handlers["portforward"] = PortForwardServer(cluster.store)
+    cluster.api.subresource_handlers["proxy"] = ProxyServer(cluster.store)  # pods and services
     cluster.kubelet = kubelet
     return [kubelet]

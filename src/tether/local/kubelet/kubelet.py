@@ -375,7 +375,8 @@ class Kubelet:
         if worker is None or worker.uid != pod["metadata"].get("uid"):
             worker = PodWorker(self, pod)  # not running here: same env rules, no state
         env = worker._env(pod, container)
-        env.setdefault("POD_IP", str((pod.get("status") or {}).get("podIP", "")))
+        if not env.get("POD_IP"):  # a pod this kubelet does not run: its recorded address
+            env["POD_IP"] = str((pod.get("status") or {}).get("podIP", ""))
         cwd = worker.directory / "root"
         cwd.mkdir(parents=True, exist_ok=True)
         return env, cwd
