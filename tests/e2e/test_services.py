@@ -1,7 +1,7 @@
 """Services end to end: allocation, Endpoints/EndpointSlices, the service proxy and cluster DNS.
 
-Starts its own local cluster (`s1`), so the address plan is known: services in 127.64.0.0/16,
-pods in 127.16.0.0/16. There are no kubelets here: pods get their IP and readiness by a status
+Starts its own local cluster (`s1`); its address plan follows the index it claimed
+(services in 127.(64+i).0.0/16, pods in 127.(16+i).0.0/16). There are no kubelets here: pods get their IP and readiness by a status
 patch, and the test itself serves TCP on the pod's address. Only 127.0.0.0/8 is used.
 """
 
@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
+from tether.local.network import ClusterNetwork
+
 pytestmark = pytest.mark.e2e
 
-SERVICE_CIDR = ipaddress.IPv4Network("127.64.0.0/16")
 
 
 def kubectl_path() -> str:
@@ -49,6 +50,11 @@ class Cluster:
 
     def json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    @property
+    def network(self) -> ClusterNetwork:
+        index = json.loads((self.data_dir / "clusters" / "s1" / "network.json").read_text())["index"]
+        return ClusterNetwork.rootless(int(index))
 
     def dns_address(self) -> tuple[str, int]:
         found = json.loads((self.data_dir / "clusters" / "s1" / "dns.json").read_text())
@@ -145,11 +151,11 @@ def test_services_end_to_end(cluster: Cluster) -> None:
     cluster.kubectl("create", "service", "clusterip", "web", "--tcp=8080:8080")
     web = cluster.json("get", "svc", "web")
     cluster_ip = web["spec"]["clusterIP"]
-    assert ipaddress.IPv4Address(cluster_ip) in SERVICE_CIDR
+    assert ipaddress.IPv4Address(cluster_ip) in cluster.network.service_cidr
     assert web["spec"]["clusterIPs"] == [cluster_ip]
     assert cluster_ip in cluster.kubectl("get", "svc").stdout
     kubernetes = cluster.json("get", "svc", "kubernetes")
-    assert kubernetes["spec"]["clusterIP"] == "127.64.0.1"
+    assert kubernetes["spec"]["clusterIP"] == cluster.network.api_service_ip
     api_endpoints = cluster.json("get", "endpoints", "kubernetes")
     assert api_endpoints["subsets"][0]["addresses"][0]["ip"] == "127.0.0.1"
 
@@ -162,14 +168,15 @@ def test_services_end_to_end(cluster: Cluster) -> None:
 
     # pods, their status, and the endpoints they make -----------------------------------------
     third = random.randrange(100, 250)
-    ips = {"web-1": f"127.16.{third}.5", "web-2": f"127.16.{third}.6"}
+    pods_octet = cluster.network.pod_cidr.network_address.packed[1]
+    ips = {"web-1": f"127.{pods_octet}.{third}.5", "web-2": f"127.{pods_octet}.{third}.6"}
     servers = [EchoServer(ips["web-1"], 8080, "web-1")]
     try:
         for name in ips:
             cluster.kubectl("create", "-f", "-", input=pod_manifest(name))
         cluster.kubectl("expose", "pod", "web-1", "--name=exposed", "--port=9090", "--target-port=http")
         exposed = cluster.json("get", "svc", "exposed")
-        assert ipaddress.IPv4Address(exposed["spec"]["clusterIP"]) in SERVICE_CIDR
+        assert ipaddress.IPv4Address(exposed["spec"]["clusterIP"]) in cluster.network.service_cidr
         set_pod_status(cluster, "web-1", ips["web-1"], ready=True)
         set_pod_status(cluster, "web-2", ips["web-2"], ready=False)
 
@@ -216,7 +223,7 @@ def test_services_end_to_end(cluster: Cluster) -> None:
         if dig is None:
             pytest.skip("dig is not installed (apt-get install dnsutils); DNS checked by unit tests only")
         dns_ip, dns_port = cluster.dns_address()
-        assert dns_ip == "127.64.0.10"
+        assert dns_ip == cluster.network.dns_service_ip
 
         def dig_short(*args: str) -> list[str]:
             out = subprocess.run([dig, f"@{dns_ip}", "-p", str(dns_port), "+short", "+time=2", "+tries=2", *args],
