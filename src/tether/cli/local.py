@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tether.local import kubeconfig, supervisor
+from tether.local import kubeconfig, netns, network, supervisor
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 
 app = typer.Typer(help="Embedded local clusters: the default target of `tether demo` and the tests.",
@@ -53,6 +53,10 @@ def up(
     foreground: Annotated[bool, typer.Option("--foreground", help="Serve in this process until Ctrl-C")] = False,
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=250, help="Nodes per cluster")] = 1,
     compact_keep: Annotated[int, typer.Option(help="Revisions of history kept for watches", min=10)] = 50_000,
+    netns: Annotated[bool | None, typer.Option(
+        "--netns/--no-netns",
+        help="Root only: each node a network namespace, pod and service addresses private to the "
+             "cluster, no route between clusters [default: the mode kept in --data-dir, else no]")] = None,
 ) -> None:
     """Start local clusters (kept state is reused: `down` then `up` loses nothing)."""
     layout = _layout(data_dir)
@@ -60,10 +64,11 @@ def up(
     for cluster_name in names:
         if not cluster_name or cluster_name != cluster_name.lower() or "/" in cluster_name:
             raise typer.BadParameter(f"cluster name {cluster_name!r} must be lower-case, without '/'", param_hint="--name")
+    _check_network_mode(layout, names, netns)
     if foreground:
         logging.basicConfig(level=os.environ.get("TETHER_LOG_LEVEL", "INFO"),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep, nodes=nodes))
+        asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep, nodes=nodes, netns=netns))
         return
     running = supervisor.read_state(layout)
     if running is not None:
@@ -72,12 +77,29 @@ def up(
         return
     with console.status(f"starting {len(names)} local cluster(s): {', '.join(names)}"):
         try:
-            state = supervisor.start_daemon(layout, names, nodes=nodes, compact_keep=compact_keep)
+            state = supervisor.start_daemon(layout, names, nodes=nodes, compact_keep=compact_keep,
+                                            netns=netns)
         except supervisor.LocalError as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(1) from None
     console.print(f"[green]started[/green] {len(names)} local cluster(s)")
     _print_usage(layout, state)
+
+
+def _check_network_mode(layout: supervisor.Layout, names: list[str], netns_flag: bool | None) -> None:
+    """Fail early, with the fix, when the clusters cannot start in the mode asked for or kept."""
+    wants_netns = False
+    for cluster_name in names:
+        try:
+            mode = network.choose_mode(layout.clusters / cluster_name, netns_flag)
+        except network.NetworkError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
+        wants_netns = wants_netns or mode == network.NETNS
+    reason = netns.unavailable_reason() if wants_netns else None
+    if reason is not None:
+        console.print(f"[red]error:[/red] {reason}")
+        raise typer.Exit(2)
 
 
 @app.command()
@@ -88,6 +110,7 @@ def down(data_dir: DataDir = None) -> None:
         console.print("[green]stopped[/green] local clusters (state kept in " f"{layout.root})")
     else:
         console.print("no local clusters are running")
+        supervisor.remove_leftovers(layout)  # netns mode: namespaces of a daemon that crashed
 
 
 @app.command()

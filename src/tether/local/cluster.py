@@ -14,7 +14,8 @@ from tether.local import components
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
 from tether.local.http import HttpServer
-from tether.local.network import ClusterNetwork, claim_index
+from tether.local.netns import fabric_for
+from tether.local.network import ClusterNetwork, choose_mode, claim_index
 from tether.local.operations import Operations, WriteOptions
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.local.resources import Registry
@@ -38,6 +39,7 @@ class ClusterConfig:
     compact_keep: int = 50_000
     index: int | None = None  # preferred address-range index; claimed machine-wide at start
     nodes: int = 1
+    netns: bool | None = None  # network namespaces (root); None: the mode kept in data_dir
 
 
 def server_ssl_context(pki: ClusterPki) -> ssl.SSLContext:
@@ -64,9 +66,13 @@ class LocalCluster:
             tokens=token_checker({self.pki.token(): "tether-admin"}),
             server_address=lambda: f"{config.host}:{self.port}",
         )
+        mode = choose_mode(config.data_dir, config.netns)
         self._index = claim_index(self._preferred_index())
-        (config.data_dir / "network.json").write_text(json.dumps({"index": self._index.index}))
-        self.network = ClusterNetwork.rootless(self._index.index)
+        self.network = ClusterNetwork.of(self._index.index, mode)
+        # Where cluster addresses live (host loopback or namespaces): every part that binds or
+        # dials one goes through it.
+        self.fabric = fabric_for(self.network, config.nodes)
+        self._write_network()
         self.controllers = LocalControllers(self.ops)
         # Long-running parts beyond the core (workload controllers, nodes, kubelets, services):
         # each is an object with `async def run()`, supervised with the rest in run().
@@ -83,6 +89,10 @@ class LocalCluster:
             return int(json.loads((self.config.data_dir / "network.json").read_text())["index"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def _write_network(self) -> None:
+        (self.config.data_dir / "network.json").write_text(json.dumps(
+            {"index": self.network.index, "mode": self.network.mode, "namespaces": self.fabric.namespaces}))
 
     def _port_file(self) -> Path:
         return self.config.data_dir / "port"
@@ -112,6 +122,8 @@ class LocalCluster:
 
     async def start(self) -> None:
         self.bootstrap()
+        await self.fabric.setup()  # before any component binds or dials a cluster address
+        self._write_network()
         try:
             await self._http.start()
         except OSError:
@@ -136,5 +148,10 @@ class LocalCluster:
                     group.create_task(component.run())
         finally:
             await self._http.close(grace_s=2.0)
+            await self.close_network()
             self.store.close()
             self._index.release()
+
+    async def close_network(self) -> None:
+        """Remove the cluster's namespaces (netns mode); safe to call more than once."""
+        await self.fabric.teardown()

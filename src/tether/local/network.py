@@ -3,6 +3,12 @@
 Rootless mode uses 127.0.0.0/8, which Linux routes to the loopback device in full, so processes
 bind any of those addresses without privileges: cluster i gets pods in 127.(16+i).0.0/16 (one
 /24 per node) and services in 127.(64+i).0.0/16.
+
+Netns mode (`tether local up --netns`, root) uses private ranges that exist only inside the
+cluster's network namespaces (see `tether.local.netns`): pods in 10.(16+i).0.0/16 (node k gets
+10.(16+i).(k+1).0/24), services in 10.(96+i).0.0/16, and a fabric 10.(128+i).0.0/24 that links
+the nodes: the router namespace has .1, node k has .(k+2), its InternalIP. With i < 32 the
+three kinds of range never meet, and no two clusters share one.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +24,9 @@ from typing import IO
 
 MAX_CLUSTERS = 32
 MAX_NODES = 250
+ROOTLESS = "rootless"
+NETNS = "netns"
+MODES = (ROOTLESS, NETNS)
 
 
 class NetworkError(Exception):
@@ -28,16 +38,41 @@ class ClusterNetwork:
     index: int
     pod_cidr: ipaddress.IPv4Network
     service_cidr: ipaddress.IPv4Network
+    mode: str = ROOTLESS
+    fabric_cidr: ipaddress.IPv4Network | None = None  # netns mode: the node addresses
 
     @classmethod
     def rootless(cls, index: int) -> ClusterNetwork:
-        if not 0 <= index < MAX_CLUSTERS:
-            raise NetworkError(f"cluster index {index} is outside 0..{MAX_CLUSTERS - 1}")
+        _check_index(index)
         return cls(
             index=index,
             pod_cidr=ipaddress.IPv4Network(f"127.{16 + index}.0.0/16"),
             service_cidr=ipaddress.IPv4Network(f"127.{64 + index}.0.0/16"),
         )
+
+    @classmethod
+    def netns(cls, index: int) -> ClusterNetwork:
+        _check_index(index)
+        return cls(
+            index=index,
+            pod_cidr=ipaddress.IPv4Network(f"10.{16 + index}.0.0/16"),
+            service_cidr=ipaddress.IPv4Network(f"10.{96 + index}.0.0/16"),
+            mode=NETNS,
+            fabric_cidr=ipaddress.IPv4Network(f"10.{128 + index}.0.0/24"),
+        )
+
+    @classmethod
+    def of(cls, index: int, mode: str) -> ClusterNetwork:
+        if mode not in MODES:
+            raise NetworkError(f"network mode {mode!r} is not one of {', '.join(MODES)}")
+        return cls.netns(index) if mode == NETNS else cls.rootless(index)
+
+    @property
+    def router_ip(self) -> str:
+        """Netns mode: the router namespace's address on the fabric (the nodes' gateway)."""
+        if self.fabric_cidr is None:
+            raise NetworkError("only a netns-mode cluster has a fabric")
+        return str(self.fabric_cidr.network_address + 1)
 
     def node_pod_cidr(self, node_index: int) -> ipaddress.IPv4Network:
         if not 0 <= node_index < MAX_NODES:
@@ -45,7 +80,12 @@ class ClusterNetwork:
         return list(self.pod_cidr.subnets(new_prefix=24))[node_index + 1]
 
     def node_ip(self, node_index: int) -> str:
-        """The node's InternalIP: the first address of its pod range (like a cni0 bridge)."""
+        """The node's InternalIP: rootless, the first address of its pod range (like a cni0
+        bridge); netns, its address on the cluster's fabric."""
+        if self.fabric_cidr is not None:
+            if not 0 <= node_index < MAX_NODES:
+                raise NetworkError(f"node index {node_index} is outside 0..{MAX_NODES - 1}")
+            return str(self.fabric_cidr.network_address + 2 + node_index)
         return str(self.node_pod_cidr(node_index).network_address + 1)
 
     @property
@@ -56,6 +96,37 @@ class ClusterNetwork:
     @property
     def dns_service_ip(self) -> str:
         return str(self.service_cidr.network_address + 10)
+
+
+def _check_index(index: int) -> None:
+    if not 0 <= index < MAX_CLUSTERS:
+        raise NetworkError(f"cluster index {index} is outside 0..{MAX_CLUSTERS - 1}")
+
+
+def persisted_mode(data_dir: Path) -> str | None:
+    """The network mode a cluster's data directory was started with (None: never started)."""
+    try:
+        mode = json.loads((data_dir / "network.json").read_text()).get("mode", ROOTLESS)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return mode if mode in MODES else ROOTLESS
+
+
+def choose_mode(data_dir: Path, netns: bool | None) -> str:
+    """The mode to start in: the one asked for, else the kept one, else rootless.
+
+    A cluster keeps its mode: its Services and pods hold addresses of that mode's ranges.
+    """
+    kept = persisted_mode(data_dir)
+    if netns is None:
+        return kept or ROOTLESS
+    wanted = NETNS if netns else ROOTLESS
+    if kept is not None and kept != wanted and (data_dir / "state.db").exists():
+        flag = "--netns" if kept == NETNS else "no --netns"
+        raise NetworkError(f"cluster data in {data_dir} was made in {kept} mode and its objects hold "
+                           f"{kept} addresses: start it with {flag}, or remove that directory to "
+                           f"start afresh in {wanted} mode")
+    return wanted
 
 
 LOCK_DIR = Path(os.environ.get("TETHER_LOCK_DIR", "/tmp/tether-local-locks"))
@@ -76,6 +147,18 @@ class IndexClaim:
         with contextlib.suppress(OSError):
             fcntl.flock(self._handle, fcntl.LOCK_UN)
         self._handle.close()
+
+
+def try_claim(index: int, lock_dir: Path = LOCK_DIR) -> IndexClaim | None:
+    """Claim exactly `index`, or None when a running cluster holds it."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    handle = (lock_dir / f"cluster-{index}.lock").open("ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return IndexClaim(index, handle)
 
 
 def claim_index(preferred: int | None, lock_dir: Path = LOCK_DIR) -> IndexClaim:

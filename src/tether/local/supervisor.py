@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.local import kubeconfig
+from tether.local import kubeconfig, netns, network
 from tether.local.cluster import ClusterConfig, LocalCluster
 
 START_TIMEOUT_S = 60.0
@@ -105,15 +105,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1) -> None:
+async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1,
+                netns: bool | None = None) -> None:
     """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve."""
     clusters = [
         LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep,
-                                   nodes=nodes))
+                                   nodes=nodes, netns=netns))
         for n in names
     ]
-    for cluster in clusters:
-        await cluster.start()
+    try:
+        for cluster in clusters:
+            await cluster.start()
+    except BaseException:
+        for cluster in clusters:  # the ones already started own namespaces in netns mode
+            await cluster.close_network()
+        raise
     layout.remember_names(names)
     kubeconfig.write(layout.kubeconfig, [kubeconfig.ClusterAccess(c.config.name, c.url, c.pki) for c in clusters])
     state = {
@@ -140,7 +146,8 @@ async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000,
                 layout.state.unlink()
 
 
-def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_keep: int = 50_000) -> dict[str, Any]:
+def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_keep: int = 50_000,
+                 netns: bool | None = None) -> dict[str, Any]:
     layout.root.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         layout.state.unlink()
@@ -148,6 +155,8 @@ def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_ke
                "--nodes", str(nodes), "--compact-keep", str(compact_keep)]
     for name in names:
         command += ["--name", name]
+    if netns is not None:
+        command.append("--netns" if netns else "--no-netns")
     with layout.log.open("ab") as log_file:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
@@ -177,7 +186,35 @@ def stop_daemon(layout: Layout) -> bool:
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(FileNotFoundError):
         layout.state.unlink()
+    remove_namespaces(state)
     return True
+
+
+def remove_namespaces(state: dict[str, Any]) -> list[str]:
+    """Remove what netns-mode clusters left behind (a daemon that had to be killed does not
+    clean up); the namespaces that could not be removed. An index another running cluster has
+    claimed meanwhile is left alone: the namespaces with its number are that cluster's now."""
+    left: list[str] = []
+    for entry in state.get("clusters") or []:
+        try:
+            found = json.loads((Path(entry["dataDir"]) / "network.json").read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if found.get("mode") != network.NETNS or not isinstance(found.get("index"), int):
+            continue
+        claim = network.try_claim(found["index"])
+        if claim is None:
+            continue
+        try:
+            left += netns.teardown_index(found["index"])
+        finally:
+            claim.release()
+    return left
+
+
+def remove_leftovers(layout: Layout) -> list[str]:
+    """After a crash: remove the namespaces the clusters in `layout` left (if no one runs them)."""
+    return remove_namespaces({"clusters": [{"dataDir": str(layout.clusters / n)} for n in layout.existing_names()]})
 
 
 def probe_ready(server: str, ca_file: Path, timeout_s: float = 2.0) -> bool:

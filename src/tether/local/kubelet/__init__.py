@@ -42,7 +42,8 @@ def build(cluster: LocalCluster) -> list[Component]:
     cluster.api.subresource_handlers["binding"] = scheduler.binding_handler(cluster.ops)
     cluster.api.subresource_handlers["exec"] = ExecServer(cluster.store, kubelet)
     cluster.api.subresource_handlers["attach"] = AttachServer(cluster.store, kubelet)
-    cluster.api.subresource_handlers["portforward"] = PortForwardServer(cluster.store)
-    cluster.api.subresource_handlers["proxy"] = ProxyServer(cluster.store)  # pods and services
+    fabric = kubelet.fabric  # how pods' network is reached: the host, or network namespaces
+    cluster.api.subresource_handlers["portforward"] = PortForwardServer(cluster.store, dial=fabric.open_connection)
+    cluster.api.subresource_handlers["proxy"] = ProxyServer(cluster.store, fabric=fabric)  # pods and services
     cluster.kubelet = kubelet
     return [kubelet]

@@ -481,8 +481,13 @@ class ExecServer:
             # A pod the kubelet does not run here has an empty runtime address; use the status.
             env["POD_IP"] = str((pod.get("status") or {}).get("podIP") or "")
 
+        try:
+            prefix = self.kubelet.fabric.command_prefix(pod)  # the pod's network (netns mode)
+        except Exception as exc:  # NetnsError: the pod's node has no namespace yet
+            raise bad_request(f"cannot exec in pod {name}: {exc}") from None
+
         async def session(channels: Channels) -> bytes:
-            return await run_command(channels, command, env, cwd, options)
+            return await run_command(channels, command, env, cwd, options, prefix=prefix)
 
         return upgrade(request, options, session, f"exec in {namespace}/{name}")
 
@@ -500,17 +505,17 @@ def not_found_status(argv0: str) -> bytes:
 
 
 async def run_command(channels: Channels, argv: Sequence[str], env: dict[str, str], cwd: Path,
-                      options: StreamOptions) -> bytes:
+                      options: StreamOptions, *, prefix: Sequence[str] = ()) -> bytes:
     """Run one command to completion; returns the Status for channel 3."""
     executable = _resolve(argv[0], env)
     if executable is None:
         return not_found_status(argv[0])
     if options.tty:
-        return await _run_tty(channels, executable, argv, env, cwd, options)
+        return await _run_tty(channels, executable, argv, env, cwd, options, prefix=prefix)
     pipe, null = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
     try:
         process = await asyncio.create_subprocess_exec(
-            executable, *argv[1:], env=env, cwd=str(cwd),
+            *prefix, executable, *argv[1:], env=env, cwd=str(cwd),
             stdin=pipe if options.stdin else null,
             stdout=pipe if options.stdout else null,
             stderr=pipe if options.stderr else null,
@@ -617,11 +622,11 @@ def set_window_size(fd: int, size: ws.TerminalSize) -> None:
 
 
 async def _run_tty(channels: Channels, executable: str, argv: Sequence[str], env: dict[str, str],
-                   cwd: Path, options: StreamOptions) -> bytes:
+                   cwd: Path, options: StreamOptions, *, prefix: Sequence[str] = ()) -> bytes:
     master, slave = pty.openpty()
     try:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-S", "-c", _CTTY_SHIM, executable, *argv,
+            *prefix, sys.executable, "-I", "-S", "-c", _CTTY_SHIM, executable, *argv,
             env=env, cwd=str(cwd), stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
         )
     except OSError as exc:

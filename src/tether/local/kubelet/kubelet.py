@@ -21,6 +21,7 @@ from tether.local.errors import ApiError
 from tether.local.kubelet import environment, images, probes
 from tether.local.kubelet.runtime import LogWriter, run_process
 from tether.local.kubelet.status import ContainerState, PodRuntimeState, pod_status
+from tether.local.netns import HostFabric, NetnsError
 from tether.local.operations import WriteOptions
 from tether.local.resources import ResourceType
 from tether.local.store import Event
@@ -88,6 +89,7 @@ class PodWorker:
             self._finish()
 
     def _finish(self) -> None:
+        self.kubelet.fabric.detach_pod(self.uid)
         self.kubelet.release_address(self)
         if self.deleting:
             self.kubelet.remove_pod(self)
@@ -119,7 +121,9 @@ class PodWorker:
             node = self.kubelet.store.get("/nodes", "", pod["spec"]["nodeName"])
             try:
                 pod_ip = self.kubelet.allocate_address(pod, node)
-            except AddressUnavailable as exc:
+                # netns mode: the address goes onto the node namespace before anything runs
+                await self.kubelet.fabric.attach_pod(self.uid, self.kubelet.node_ip(node), pod_ip)
+            except (AddressUnavailable, NetnsError) as exc:
                 message = str(exc)
                 if self.state.failure_message != message:
                     events.record(self.kubelet.ops, pod, event_type="Warning", reason="FailedCreatePodSandBox",
@@ -230,7 +234,8 @@ class PodWorker:
             try:
                 async with asyncio.TaskGroup() as group:
                     watcher = group.create_task(self._when_started(started, pod, container, env, init=init))
-                    code = await run_process(program.argv, env=env, cwd=self.directory / "root", log=logfile,
+                    argv = [*self.kubelet.fabric.command_prefix(pod), *program.argv]
+                    code = await run_process(argv, env=env, cwd=self.directory / "root", log=logfile,
                                              started=started, grace_s=lambda: self.grace_s)
                     watcher.cancel()
             except* LivenessFailed:
@@ -277,12 +282,20 @@ class PodWorker:
         if not real or not (readiness or liveness):
             return
         cwd = self.directory / "root"
+        fabric = self.kubelet.fabric
+
+        async def dial(host: str, port: int, timeout_s: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            return await fabric.open_connection(host, port, timeout_s=timeout_s)
+
+        prefix = fabric.command_prefix(pod)
         async with asyncio.TaskGroup() as group:
             if readiness:
-                check = probes.checker(readiness, container, pod_ip=self.state.pod_ip, env=env, cwd=cwd)
+                check = probes.checker(readiness, container, pod_ip=self.state.pod_ip, env=env, cwd=cwd,
+                                       dial=dial, prefix=prefix)
                 group.create_task(probes.run_probe(check, probes.ProbeTiming.of(readiness), ready))
             if liveness:
-                check = probes.checker(liveness, container, pod_ip=self.state.pod_ip, env=env, cwd=cwd)
+                check = probes.checker(liveness, container, pod_ip=self.state.pod_ip, env=env, cwd=cwd,
+                                       dial=dial, prefix=prefix)
 
                 def alive(ok: bool) -> None:
                     if not ok:
@@ -343,6 +356,10 @@ class Kubelet:
         self.allocate_address: Callable[[Obj, Obj | None], str] = self._node_range_address
         self.release_address: Callable[[PodWorker], None] = lambda worker: None
         self.dns_env: Callable[[], dict[str, str]] = dict
+        # Where pods' addresses live and their processes run: the host (rootless) or the node's
+        # network namespace (netns). exec and port-forward use `fabric.command_prefix(pod)` and
+        # `fabric.open_connection(host, port, timeout_s=...)` to reach the pod's network.
+        self.fabric: HostFabric = getattr(cluster, "fabric", None) or HostFabric(cluster.network)
 
     def _rt(self, plural: str) -> ResourceType:
         rt = self.ops.registry.lookup("", "v1", plural)

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tether.local.errors import ApiError, bad_request
 from tether.local.http import Reply, Request, UpgradeResponse
@@ -34,6 +34,11 @@ from tether.local.streams import websocket as ws
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Dial(Protocol):
+    async def __call__(self, host: str, port: int, *, timeout_s: float) -> Streams: ...
 
 CHANNEL_PROTOCOLS = (ws.CHANNEL_V5, ws.CHANNEL_V4, spdy.PORTFORWARD_PROTOCOL, "")
 DIAL_TIMEOUT_S = 5.0
@@ -79,12 +84,16 @@ class ClientEnd:
     half_close: bool = True
 
 
+async def _dial_host(host: str, port: int, *, timeout_s: float) -> Streams:
+    return await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+
+
 async def relay(end: ClientEnd, pod: Obj, host: str, port: int, dial_timeout_s: float,
-                linger_s: float) -> None:
+                linger_s: float, dial: Dial = _dial_host) -> None:
     """One forwarded connection, start to end; always calls `end.finish()`."""
     try:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), dial_timeout_s)
+            reader, writer = await dial(host, port, timeout_s=dial_timeout_s)
         except (OSError, TimeoutError) as exc:
             meta = pod["metadata"]
             await end.report(f"error forwarding port {port} to pod {meta.get('namespace')}/"
@@ -159,8 +168,10 @@ def _pod_target(store: Store, rt: ResourceType, namespace: str, name: str) -> tu
 
 class PortForwardServer:
     def __init__(self, store: Store, *, dial_timeout_s: float = DIAL_TIMEOUT_S,
-                 pair_timeout_s: float = PAIR_TIMEOUT_S, linger_s: float = LINGER_S) -> None:
+                 pair_timeout_s: float = PAIR_TIMEOUT_S, linger_s: float = LINGER_S,
+                 dial: Dial = _dial_host) -> None:
         self.store = store
+        self.dial = dial  # the cluster fabric's open_connection: pods may live in a netns
         self.dial_timeout_s = dial_timeout_s
         self.pair_timeout_s = pair_timeout_s
         self.linger_s = linger_s
@@ -282,7 +293,7 @@ class PortForwardServer:
                                     await fresh.put(None)
                             if request is not None:
                                 group.create_task(relay(end_for(request), pod, pod_ip, request.port,
-                                                        self.dial_timeout_s, self.linger_s))
+                                                        self.dial_timeout_s, self.linger_s, self.dial))
                         elif isinstance(event, spdy.Data):
                             inbox = inboxes.get(event.stream_id)
                             if inbox is not None:  # error streams and finished relays: dropped
@@ -372,7 +383,7 @@ class PortForwardServer:
                 for index, port in enumerate(ports.ports):
                     ends.append(end_for(index))
                     relays.append(group.create_task(relay(ends[index], pod, pod_ip, port,
-                                                          self.dial_timeout_s, self.linger_s)))
+                                                          self.dial_timeout_s, self.linger_s, self.dial)))
                 # As the kubelet does: the connection lives while any of its ports does.
                 await asyncio.wait({reader, *relays}, return_when=asyncio.FIRST_COMPLETED)
                 if not reader.done():

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 Obj = Mapping[str, Any]
+# How a probe reaches host:port within a timeout (netns mode: from the cluster's namespaces).
+Dial = Callable[[str, int, float], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+
+
+async def direct_dial(host: str, port: int, timeout_s: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
 
 
 @dataclass(frozen=True)
@@ -42,9 +48,10 @@ def resolve_port(port: Any, container: Obj) -> int:
     raise ValueError(f"port {port!r} is not a number or a named container port")
 
 
-async def http_get(host: str, port: int, path: str, headers: Mapping[str, str], timeout_s: float) -> bool:
+async def http_get(host: str, port: int, path: str, headers: Mapping[str, str], timeout_s: float,
+                   dial: Dial = direct_dial) -> bool:
     async def attempt() -> bool:
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await dial(host, port, timeout_s)
         try:
             head = f"GET {path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.37\r\n"
             head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "Connection: close\r\n\r\n"
@@ -64,9 +71,9 @@ async def http_get(host: str, port: int, path: str, headers: Mapping[str, str], 
         return False
 
 
-async def tcp_open(host: str, port: int, timeout_s: float) -> bool:
+async def tcp_open(host: str, port: int, timeout_s: float, dial: Dial = direct_dial) -> bool:
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        _, writer = await asyncio.wait_for(dial(host, port, timeout_s), timeout_s)
     except (OSError, TimeoutError):
         return False
     writer.close()
@@ -92,7 +99,9 @@ async def exec_ok(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s:
         return False
 
 
-def checker(probe: Obj, container: Obj, *, pod_ip: str, env: Mapping[str, str], cwd: Path) -> Callable[[], Awaitable[bool]]:
+def checker(probe: Obj, container: Obj, *, pod_ip: str, env: Mapping[str, str], cwd: Path,
+            dial: Dial = direct_dial, prefix: Sequence[str] = ()) -> Callable[[], Awaitable[bool]]:
+    """The check of one probe; `dial` reaches the pod, `prefix` runs exec probes in its network."""
     timing = ProbeTiming.of(probe)
     if "httpGet" in probe:
         action = probe["httpGet"]
@@ -100,14 +109,14 @@ def checker(probe: Obj, container: Obj, *, pod_ip: str, env: Mapping[str, str], 
         host = str(action.get("host") or pod_ip)
         headers = {str(h.get("name")): str(h.get("value", "")) for h in action.get("httpHeaders") or []}
         path = str(action.get("path", "/"))
-        return lambda: http_get(host, port, path, headers, timing.timeout_s)
+        return lambda: http_get(host, port, path, headers, timing.timeout_s, dial)
     if "tcpSocket" in probe:
         action = probe["tcpSocket"]
         port = resolve_port(action.get("port"), container)
         host = str(action.get("host") or pod_ip)
-        return lambda: tcp_open(host, port, timing.timeout_s)
+        return lambda: tcp_open(host, port, timing.timeout_s, dial)
     if "exec" in probe:
-        argv = [str(a) for a in (probe["exec"].get("command") or [])]
+        argv = [*prefix, *(str(a) for a in (probe["exec"].get("command") or []))]
         return lambda: exec_ok(argv, env, cwd, timing.timeout_s)
 
     async def unsupported() -> bool:  # grpc probes: not checked by local clusters

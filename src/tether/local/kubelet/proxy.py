@@ -25,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 from tether.local.errors import ApiError, bad_request
 from tether.local.http import Reply, Request, Response, StreamResponse, UpgradeResponse
 from tether.local.kubelet.exec import CONNECTION_ERRORS
+from tether.local.netns import HostFabric
 from tether.local.resources import ResourceType
 from tether.local.store import Store
 
@@ -75,8 +76,9 @@ def proxied_path(request: Request, plural: str, raw_name: str) -> str:
 
 class ProxyServer:
     def __init__(self, store: Store, *, dial_timeout_s: float = DIAL_TIMEOUT_S,
-                 response_timeout_s: float = RESPONSE_TIMEOUT_S) -> None:
+                 response_timeout_s: float = RESPONSE_TIMEOUT_S, fabric: HostFabric | None = None) -> None:
         self.store = store
+        self.fabric = fabric
         self.dial_timeout_s = dial_timeout_s
         self.response_timeout_s = response_timeout_s
 
@@ -175,9 +177,13 @@ class ProxyServer:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=context, limit=MAX_HEAD_BYTES),
-                self.dial_timeout_s)
+            if self.fabric is not None:  # pods may live in a network namespace
+                reader, writer = await self.fabric.open_connection(
+                    host, port, timeout_s=self.dial_timeout_s, limit=MAX_HEAD_BYTES, ssl_context=context)
+            else:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=context, limit=MAX_HEAD_BYTES),
+                    self.dial_timeout_s)
         except (OSError, TimeoutError) as exc:
             reason = "i/o timeout" if isinstance(exc, TimeoutError) else (
                 "connect: connection refused" if isinstance(exc, ConnectionRefusedError) else str(exc))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tether.local.services.allocation import ServiceAllocator
 from tether.local.services.dns import ADDRESS_FILE, DnsServer, address_for
 from tether.local.services.endpoints import EndpointsController
-from tether.local.services.proxy import ServiceProxy
+from tether.local.services.proxy import ProxyConfig, ServiceProxy
 from tether.local.services.registry import ServiceRegistry
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ def build(cluster: LocalCluster) -> list[Component]:
     return [
         registry,
         EndpointsController(cluster.ops),
-        ServiceProxy(cluster.store),
+        ServiceProxy(cluster.store, ProxyConfig(node_port_host=cluster.fabric.node_port_host),
+                     fabric=cluster.fabric),
         DnsServer(cluster.store, cluster.network.dns_service_ip,
-                  address_file=cluster.config.data_dir / ADDRESS_FILE),
+                  address_file=cluster.config.data_dir / ADDRESS_FILE, fabric=cluster.fabric),
     ]

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from tether.local.netns import HostFabric
+from tether.local.network import ClusterNetwork
 from tether.local.services import dnswire as w
 from tether.local.services.allocation import SERVICES
 from tether.local.services.endpoints import SERVICE_NAME_LABEL, SLICES
@@ -241,11 +243,13 @@ class DnsConfig:
     close_timeout_s: float = 1.0
 
 
-def _bind_pair(ip: str, port: int) -> tuple[socket.socket, socket.socket]:
-    """A UDP and a TCP socket on the same ip:port (port 0: a free one both can have)."""
+def _bind_pair(ip: str, port: int, fabric: HostFabric | None = None) -> tuple[socket.socket, socket.socket]:
+    """A UDP and a TCP socket on the same ip:port (port 0: a free one both can have), made
+    where the cluster's addresses live (`fabric`; default: this namespace)."""
+    make = fabric.socket if fabric is not None else socket.socket
     for _ in range(5 if port == 0 else 1):
-        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        udp = make(socket.AF_INET, socket.SOCK_DGRAM)
+        tcp = make(socket.AF_INET, socket.SOCK_STREAM)
         try:
             udp.bind((ip, port))
             tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -283,9 +287,10 @@ class _Udp(asyncio.DatagramProtocol):
 
 class DnsServer:
     def __init__(self, store: Store, ip: str, *, config: DnsConfig | None = None,
-                 address_file: Path | None = None) -> None:
+                 address_file: Path | None = None, fabric: HostFabric | None = None) -> None:
         self.store = store
         self.ip = ip
+        self.fabric = fabric or HostFabric(ClusterNetwork.rootless(0))
         self.config = config or DnsConfig()
         self.address_file = address_file
         self.address: tuple[str, int] | None = None  # where it listens, once it does
@@ -307,7 +312,7 @@ class DnsServer:
         last: OSError | None = None
         for port in self.config.ports:
             try:
-                return _bind_pair(self.ip, port)
+                return _bind_pair(self.ip, port, self.fabric)
             except OSError as exc:
                 last = exc
                 log.debug("dns: cannot listen on %s:%d: %s", self.ip, port, exc)

@@ -1,7 +1,8 @@
 """A userspace service proxy (kube-proxy's original mode): one TCP listener per Service port.
 
 Each Service's ClusterIP:port is bound directly (in rootless mode ClusterIPs are loopback
-addresses, which any process may bind) and each NodePort on `node_port_host`. A connection goes
+addresses, which any process may bind; in netns mode the sockets come from the cluster's fabric,
+inside its router namespace) and each NodePort on `node_port_host`. A connection goes
 to the next ready endpoint (round-robin, or the client's previous one with ClientIP affinity); a
 refused or slow connect tries the next; no endpoint at all resets the client. `plan_routes` is
 pure; the component is one TaskGroup holding the sync loop, the accept loops and the relays.
@@ -20,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.local.netns import HostFabric
+from tether.local.network import ClusterNetwork
 from tether.local.services.allocation import SERVICES, needs_cluster_ip, needs_node_ports
 from tether.local.services.endpoints import SERVICE_NAME_LABEL, SLICES
 from tether.local.services.watch import start_signals
@@ -131,9 +134,12 @@ class Listener:
 
 
 class ServiceProxy:
-    def __init__(self, store: Store, config: ProxyConfig | None = None) -> None:
+    def __init__(self, store: Store, config: ProxyConfig | None = None, *,
+                 fabric: HostFabric | None = None) -> None:
         self.store = store
         self.config = config or ProxyConfig()
+        # Where listeners are made and backends dialled (the host, or the cluster's namespaces).
+        self.fabric = fabric or HostFabric(ClusterNetwork.rootless(0))
         self.listeners: dict[Address, Listener] = {}
         self._failed: dict[Address, str] = {}  # address -> why it could not bind (logged once)
         self._changed = asyncio.Event()
@@ -180,7 +186,11 @@ class ServiceProxy:
             task.add_done_callback(listener.tasks.discard)
 
     def _bind(self, address: Address) -> socket.socket | None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock = self.fabric.socket(socket.AF_INET, socket.SOCK_STREAM)
+        except Exception as exc:
+            log.warning("service proxy: no socket for %s:%d: %s", address[0], address[1], exc)
+            return None
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
@@ -250,7 +260,7 @@ class ServiceProxy:
         listener.turn += 1
         for backend in ordered:
             try:
-                streams = await asyncio.wait_for(asyncio.open_connection(*backend), self.config.connect_timeout_s)
+                streams = await self.fabric.open_connection(*backend, timeout_s=self.config.connect_timeout_s)
             except (OSError, TimeoutError) as exc:
                 log.debug("service proxy: %s:%d -> %s:%d failed: %s", *listener.address, *backend, exc)
                 continue

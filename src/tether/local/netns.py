@@ -1,0 +1,509 @@
+"""Where a local cluster's network lives: the host's loopback (rootless) or network namespaces.
+
+Every part that binds or dials a cluster address (service proxy, DNS, kubelet, probes, port-forward)
+goes through the cluster's *fabric* (`LocalCluster.fabric`), so the two modes differ only here:
+
+- `HostFabric` (rootless, the default): plain sockets in the caller's namespace; pod processes
+  run as they are. Cluster addresses are 127.0.0.0/8 ranges (see `tether.local.network`).
+- `NetnsFabric` (`tether local up --netns`, root): cluster index i gets
+
+      tether-<i>          the router namespace: bridge `br0` with the fabric's .1, an AnyIP route
+                          (`local <service cidr> dev lo`) so every ClusterIP is bindable there, and
+                          a route to each node's pod /24 via that node
+      tether-<i>-n<k>     node k: `eth0` (veth to `n<k>` on the bridge) with its InternalIP, its
+                          pods' IPs as /32s on `lo` (added before the containers start, removed
+                          when the pod goes), a route to every other node's pod /24 via that node
+                          (host-gw style, no forwarding anywhere), the service range via the
+                          router, and `unreachable` for the rest of its own pod /24
+
+  Pods run in their node's namespace (`ip netns exec`, which also bind-mounts
+  `/etc/netns/<ns>/resolv.conf`: the cluster DNS, search `default.svc.cluster.local
+  svc.cluster.local cluster.local`). The service proxy and the DNS server listen once, inside the
+  router namespace, on the service addresses (one socket per Service port, whatever the node
+  count); nodes reach them through their route to the service range. Dials from the cluster's
+  own components go out of the router namespace (which routes to every pod), except to loopback
+  addresses: those are the host's (the API server behind the `kubernetes` Service).
+
+  Clusters never share a namespace, link or route: the host namespace has no link to any of them
+  and two clusters' namespaces have none to each other, so a pod of one cannot reach the other's
+  pod or service addresses (connect fails with ENETUNREACH). Namespace names carry the cluster
+  index, which `network.claim_index` holds machine-wide, so two data directories never clash.
+
+Python 3.11 has no `os.setns`: `socket_in` calls setns(2) through ctypes in a short-lived thread,
+creates the socket there (a socket belongs to the namespace it was created in, whatever thread uses
+it later) and hands it back, for asyncio to use with `sock=`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ipaddress
+import logging
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tether.local.network import NETNS, ROOTLESS, ClusterNetwork
+
+log = logging.getLogger(__name__)
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+NETNS_DIR = Path("/run/netns")
+ETC_NETNS_DIR = Path("/etc/netns")
+CLONE_NEWNET = 0x40000000
+IP_TIMEOUT_S = 10.0
+SETNS_TIMEOUT_S = 5.0
+STREAM_LIMIT = 2**16
+BRIDGE = "br0"
+NODE_LINK = "eth0"
+DNS_DOMAIN = "cluster.local"
+
+
+class NetnsError(Exception):
+    """A netns-mode failure, with what to do about it in the message."""
+
+
+def unavailable_reason() -> str | None:
+    """Why netns mode cannot run here (None when it can)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return ("--netns creates network namespaces and needs root: run `sudo tether local up "
+                "--netns ...`, or leave out --netns for the rootless 127.0.0.0/8 address plan")
+    if shutil.which("ip") is None:
+        return "--netns needs the `ip` command: install iproute2 (e.g. `apt-get install iproute2`)"
+    if not Path("/proc/self/ns/net").exists():
+        return "--netns needs a kernel with network namespaces (/proc/self/ns/net is missing)"
+    return None
+
+
+def router_namespace(index: int) -> str:
+    return f"tether-{index}"
+
+
+def node_namespace(index: int, node: int) -> str:
+    return f"tether-{index}-n{node}"
+
+
+def owned_namespace(index: int, name: str) -> bool:
+    """Whether `name` is one of the namespaces cluster index `index` creates (exact forms only)."""
+    return re.fullmatch(rf"tether-{index}(-n\d+)?", name) is not None
+
+
+# the plan (pure) ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FabricPlan:
+    """The namespaces, links, addresses and routes of one netns-mode cluster, as `ip` argv lists."""
+
+    network: ClusterNetwork
+
+    def __post_init__(self) -> None:
+        if self.network.fabric_cidr is None:
+            raise NetnsError(f"cluster index {self.network.index} is not in netns mode")
+
+    @property
+    def router(self) -> str:
+        return router_namespace(self.network.index)
+
+    def node(self, slot: int) -> str:
+        return node_namespace(self.network.index, slot)
+
+    def slot_of(self, node_ip: str) -> int | None:
+        """The node slot whose InternalIP is `node_ip` (None when it is not a fabric address)."""
+        fabric = self.network.fabric_cidr
+        assert fabric is not None
+        try:
+            address = ipaddress.IPv4Address(node_ip)
+        except ValueError:
+            return None
+        slot = int(address) - int(fabric.network_address) - 2
+        return slot if address in fabric and slot >= 0 else None
+
+    def router_commands(self) -> list[list[str]]:
+        fabric = self.network.fabric_cidr
+        assert fabric is not None
+        r = self.router
+        return [
+            ["netns", "add", r],
+            ["-n", r, "link", "set", "lo", "up"],
+            ["-n", r, "link", "add", BRIDGE, "type", "bridge"],
+            ["-n", r, "addr", "add", f"{self.network.router_ip}/{fabric.prefixlen}", "dev", BRIDGE],
+            ["-n", r, "link", "set", BRIDGE, "up"],
+            # AnyIP: every service address is local here, so the proxy and DNS bind any of them.
+            ["-n", r, "route", "add", "local", str(self.network.service_cidr), "dev", "lo"],
+        ]
+
+    def node_commands(self, slot: int, peers: Sequence[int]) -> list[list[str]]:
+        """Create node `slot` and route between it and the existing nodes `peers`."""
+        fabric = self.network.fabric_cidr
+        assert fabric is not None
+        r, n = self.router, self.node(slot)
+        ip, cidr = self.network.node_ip(slot), str(self.network.node_pod_cidr(slot))
+        link = f"n{slot}"
+        commands = [
+            ["netns", "add", n],
+            ["-n", n, "link", "set", "lo", "up"],
+            ["-n", r, "link", "add", link, "type", "veth", "peer", "name", NODE_LINK, "netns", n],
+            ["-n", r, "link", "set", link, "master", BRIDGE],
+            ["-n", r, "link", "set", link, "up"],
+            ["-n", n, "addr", "add", f"{ip}/{fabric.prefixlen}", "dev", NODE_LINK],
+            ["-n", n, "link", "set", NODE_LINK, "up"],
+            ["-n", n, "route", "add", str(self.network.service_cidr), "via", self.network.router_ip],
+            ["-n", n, "route", "add", "unreachable", cidr],
+            ["-n", r, "route", "add", cidr, "via", ip],
+        ]
+        for peer in peers:
+            if peer == slot:
+                continue
+            peer_ip, peer_cidr = self.network.node_ip(peer), str(self.network.node_pod_cidr(peer))
+            commands.append(["-n", n, "route", "add", peer_cidr, "via", peer_ip])
+            commands.append(["-n", self.node(peer), "route", "add", cidr, "via", ip])
+        return commands
+
+    def resolv_conf(self, namespace: str = "default") -> str:
+        return (f"# written by tether for cluster index {self.network.index}\n"
+                f"nameserver {self.network.dns_service_ip}\n"
+                f"search {namespace}.svc.{DNS_DOMAIN} svc.{DNS_DOMAIN} {DNS_DOMAIN}\n"
+                "options ndots:5\n")
+
+
+# running `ip` ------------------------------------------------------------------------------------
+
+
+def _ip_binary() -> str:
+    found = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if found is None:
+        raise NetnsError("the `ip` command is missing: install iproute2 (e.g. `apt-get install iproute2`)")
+    return found
+
+
+async def run_ip(args: Sequence[str], *, timeout_s: float = IP_TIMEOUT_S, check: bool = True) -> str:
+    """Run `ip <args>`; its stdout. Raises NetnsError (with the command and its stderr)."""
+    argv = [_ip_binary(), *args]
+    log.debug("netns: %s", " ".join(argv))
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise NetnsError(f"`{' '.join(argv)}` did not finish within {timeout_s:.0f}s") from None
+    if check and process.returncode != 0:
+        raise NetnsError(f"`{' '.join(argv)}` failed (exit {process.returncode}): "
+                         f"{err.decode(errors='replace').strip()}")
+    return out.decode(errors="replace")
+
+
+def run_ip_sync(args: Sequence[str], *, timeout_s: float = IP_TIMEOUT_S) -> bool:
+    """`ip <args>` from synchronous code (teardown after a stop); whether it succeeded."""
+    argv = [_ip_binary(), *args]
+    log.debug("netns: %s", " ".join(argv))
+    try:
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+                                check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("netns: `%s` failed: %s", " ".join(argv), exc)
+        return False
+    if result.returncode != 0:
+        log.debug("netns: `%s` exit %d: %s", " ".join(argv), result.returncode,
+                  result.stderr.decode(errors="replace").strip())
+    return result.returncode == 0
+
+
+def list_namespaces() -> list[str]:
+    """The named network namespaces (`ip netns list`, read from /run/netns)."""
+    try:
+        return sorted(p.name for p in NETNS_DIR.iterdir())
+    except OSError:
+        return []
+
+
+def delete_namespaces(names: Sequence[str]) -> list[str]:
+    """Delete these namespaces (exact names) and their /etc/netns files; the ones still there."""
+    for name in names:
+        if (NETNS_DIR / name).exists():
+            run_ip_sync(["netns", "del", name])
+        shutil.rmtree(ETC_NETNS_DIR / name, ignore_errors=True)
+    return [name for name in names if (NETNS_DIR / name).exists()]
+
+
+def teardown_index(index: int) -> list[str]:
+    """Remove every namespace cluster index `index` created (nodes first); the ones left."""
+    try:
+        configured = [p.name for p in ETC_NETNS_DIR.iterdir()]
+    except OSError:
+        configured = []
+    owned = sorted({n for n in [*list_namespaces(), *configured] if owned_namespace(index, n)})
+    owned.sort(key=lambda n: n == router_namespace(index))  # the router last
+    return delete_namespaces(owned)
+
+
+# sockets inside a namespace ----------------------------------------------------------------------
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _setns(fd: int) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"setns: {os.strerror(code)}")
+
+
+def socket_in(namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A new socket that belongs to network namespace `namespace` (a name under /run/netns).
+
+    setns(2) runs in a throwaway thread, so no other thread ever changes namespace.
+    """
+    result: list[socket.socket | BaseException] = []
+
+    def work() -> None:
+        try:
+            fd = os.open(NETNS_DIR / namespace, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _setns(fd)
+            finally:
+                os.close(fd)
+            result.append(socket.socket(family, kind))
+        except BaseException as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=work, name=f"setns-{namespace}", daemon=True)
+    thread.start()
+    thread.join(SETNS_TIMEOUT_S)
+    if not result:
+        raise NetnsError(f"creating a socket in namespace {namespace} took over {SETNS_TIMEOUT_S:.0f}s")
+    found = result[0]
+    if isinstance(found, BaseException):
+        raise NetnsError(f"cannot create a socket in network namespace {namespace}: {found}; "
+                         f"does /run/netns/{namespace} exist (is the cluster up in --netns mode)?")
+    return found
+
+
+async def connect_in(namespace: str | None, host: str, port: int, *, timeout_s: float) -> socket.socket:
+    """A TCP socket connected to host:port from `namespace` (None: this process's namespace)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket_in(namespace, family) if namespace else socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (host, port)), timeout_s)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def open_connection_in(namespace: str | None, host: str, port: int, *, timeout_s: float,
+                             limit: int = STREAM_LIMIT, ssl_context: ssl.SSLContext | None = None,
+                             server_hostname: str | None = None) -> Streams:
+    """asyncio streams to host:port, connected from `namespace` within `timeout_s`."""
+    if namespace is None:
+        return await asyncio.wait_for(
+            asyncio.open_connection(host, port, limit=limit, ssl=ssl_context, server_hostname=server_hostname),
+            timeout_s)
+    sock = await connect_in(namespace, host, port, timeout_s=timeout_s)
+    try:
+        return await asyncio.wait_for(
+            asyncio.open_connection(sock=sock, limit=limit, ssl=ssl_context,
+                                    server_hostname=(server_hostname or host) if ssl_context else None),
+            timeout_s)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def exec_prefix(namespace: str) -> list[str]:
+    """The argv prefix that runs a command in `namespace` with its /etc/netns files."""
+    return [_ip_binary(), "netns", "exec", namespace]
+
+
+# the fabrics -------------------------------------------------------------------------------------
+
+
+class HostFabric:
+    """Rootless: cluster addresses are the host's loopback; everything runs where it is."""
+
+    mode = ROOTLESS
+
+    def __init__(self, network: ClusterNetwork) -> None:
+        self.network = network
+
+    @property
+    def namespaces(self) -> list[str]:
+        return []
+
+    @property
+    def node_port_host(self) -> str:
+        return "127.0.0.1"
+
+    async def setup(self) -> None:
+        return None
+
+    async def teardown(self) -> None:
+        return None
+
+    def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+        """A socket for a listener on a cluster address (service proxy, DNS)."""
+        return socket.socket(family, kind)
+
+    async def open_connection(self, host: str, port: int, *, timeout_s: float, limit: int = STREAM_LIMIT,
+                              ssl_context: ssl.SSLContext | None = None,
+                              server_hostname: str | None = None) -> Streams:
+        """Streams to a cluster address (pod, service, node) as the cluster's own parts reach it."""
+        return await open_connection_in(None, host, port, timeout_s=timeout_s, limit=limit,
+                                        ssl_context=ssl_context, server_hostname=server_hostname)
+
+    def namespace_of(self, pod: Mapping[str, Any]) -> str | None:
+        """The network namespace the pod's processes run in (None: the host's)."""
+        return None
+
+    def command_prefix(self, pod: Mapping[str, Any]) -> list[str]:
+        """What to put before a pod's command so it runs in the pod's network."""
+        return []
+
+    async def attach_pod(self, uid: str, node_ip: str, pod_ip: str) -> None:
+        """Give the pod its address before its containers start."""
+        return None
+
+    def detach_pod(self, uid: str) -> None:
+        """Take the pod's address away (it has stopped)."""
+        return None
+
+
+class NetnsFabric(HostFabric):
+    """Root: each node a network namespace on a per-cluster bridge (see the module docstring)."""
+
+    mode = NETNS
+
+    def __init__(self, network: ClusterNetwork, nodes: int) -> None:
+        super().__init__(network)
+        self.plan = FabricPlan(network)
+        self.configured = nodes
+        self.nodes: list[int] = []  # slots whose namespace exists, in creation order
+        self.pods: dict[str, tuple[str, str]] = {}  # pod uid -> (node namespace, pod IP)
+        self._lock = asyncio.Lock()
+        self._up = False
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.plan.node(s) for s in self.nodes] + ([self.plan.router] if self._up else [])
+
+    @property
+    def node_port_host(self) -> str:
+        return self.network.router_ip
+
+    async def setup(self) -> None:
+        """Create the router and the configured nodes, after removing leftovers of a crash."""
+        reason = unavailable_reason()
+        if reason is not None:
+            raise NetnsError(reason)
+        left = await asyncio.to_thread(teardown_index, self.network.index)
+        if left:
+            raise NetnsError(f"namespaces {', '.join(left)} of an earlier run could not be removed: "
+                             f"delete them with `ip netns del <name>` and start again")
+        try:
+            for command in self.plan.router_commands():
+                await run_ip(command)
+            self._up = True
+            for slot in range(self.configured):
+                await self.ensure_node(slot)
+        except BaseException:
+            await self.teardown()
+            raise
+        log.info("cluster network index %d: namespaces %s", self.network.index, ", ".join(self.namespaces))
+
+    async def ensure_node(self, slot: int) -> str:
+        """The namespace of node `slot`, created (and routed to the others) when missing."""
+        name = self.plan.node(slot)
+        async with self._lock:
+            if slot in self.nodes:
+                return name
+            if not self._up:
+                raise NetnsError(f"the network of cluster index {self.network.index} is not set up")
+            etc = ETC_NETNS_DIR / name
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "resolv.conf").write_text(self.plan.resolv_conf())
+            self.nodes.append(slot)  # before the commands: teardown must find a half-made node
+            for command in self.plan.node_commands(slot, self.nodes):
+                await run_ip(command)
+        return name
+
+    async def teardown(self) -> None:
+        self._up = False
+        self.nodes.clear()
+        self.pods.clear()
+        left = await asyncio.to_thread(teardown_index, self.network.index)
+        if left:
+            log.warning("netns: could not remove %s; remove them with `ip netns del <name>`", ", ".join(left))
+
+    def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+        return socket_in(self.plan.router, family, kind)
+
+    def _dial_namespace(self, host: str) -> str | None:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return None  # a name: resolved and dialled from the host
+        return None if address.is_loopback else self.plan.router
+
+    async def open_connection(self, host: str, port: int, *, timeout_s: float, limit: int = STREAM_LIMIT,
+                              ssl_context: ssl.SSLContext | None = None,
+                              server_hostname: str | None = None) -> Streams:
+        return await open_connection_in(self._dial_namespace(host), host, port, timeout_s=timeout_s,
+                                        limit=limit, ssl_context=ssl_context, server_hostname=server_hostname)
+
+    def namespace_of(self, pod: Mapping[str, Any]) -> str | None:
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if uid in self.pods:
+            return self.pods[uid][0]
+        slot = self.plan.slot_of(str((pod.get("status") or {}).get("hostIP") or ""))
+        return self.plan.node(slot) if slot is not None else None
+
+    def command_prefix(self, pod: Mapping[str, Any]) -> list[str]:
+        namespace = self.namespace_of(pod)
+        if namespace is None:
+            meta = pod.get("metadata") or {}
+            raise NetnsError(f"pod {meta.get('namespace')}/{meta.get('name')} has no node namespace yet "
+                             "(it is not running on a node of this cluster); retry once it runs")
+        return exec_prefix(namespace)
+
+    async def attach_pod(self, uid: str, node_ip: str, pod_ip: str) -> None:
+        slot = self.plan.slot_of(node_ip)
+        if slot is None:
+            raise NetnsError(f"node address {node_ip or '(none)'} is not on the fabric "
+                             f"{self.network.fabric_cidr}; the node needs its InternalIP from tether")
+        namespace = await self.ensure_node(slot)
+        added = pod_ip != node_ip  # host-network pods use the node's own address
+        if added:
+            await run_ip(["-n", namespace, "addr", "replace", f"{pod_ip}/32", "dev", "lo"])
+        self.pods[uid] = (namespace, pod_ip if added else "")
+
+    def detach_pod(self, uid: str) -> None:
+        found = self.pods.pop(uid, None)
+        if found is None or not found[1] or found in self.pods.values():
+            return  # unknown, host network, or the address went to a newer pod meanwhile
+        namespace, pod_ip = found
+        if (NETNS_DIR / namespace).exists():
+            run_ip_sync(["-n", namespace, "addr", "del", f"{pod_ip}/32", "dev", "lo"], timeout_s=2.0)
+
+
+def fabric_for(network: ClusterNetwork, nodes: int) -> HostFabric:
+    return NetnsFabric(network, nodes) if network.mode == NETNS else HostFabric(network)
