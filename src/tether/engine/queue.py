@@ -117,3 +117,6 @@ class Engine(Generic[K]):
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.enqueue(key)
+            # Reconciles that never await would otherwise drain the whole backlog in one step
+            # of the event loop, starving everything else (an API server shares the loop).
+            await asyncio.sleep(0)

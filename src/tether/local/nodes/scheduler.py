@@ -112,11 +112,24 @@ class Scheduler:
         self.ops = ops
         self.engine: Engine[Key] = Engine(SCHEDULER, self._reconcile)
         self._waiting: set[Key] = set()  # unschedulable pods, to retry on cluster changes
+        # Pods per node, kept from the watch: recounting every pod for every bind is quadratic.
+        self._node_of: dict[Key, str] = {}
+        self._counts: Counter[str] = Counter()
+
+    def _count(self, key: Key, pod: Obj | None) -> None:
+        old = self._node_of.pop(key, None)
+        if old is not None:
+            self._counts[old] -= 1
+        node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+        if node and ((pod or {}).get("status") or {}).get("phase") not in TERMINAL_PHASES:
+            self._node_of[key] = node
+            self._counts[node] += 1
 
     async def run(self) -> None:
         store = self.ops.store
         watcher, _ = store.watch(None, None, store.revision)
         for pod in store.list_objects(PODS):
+            self._count((pod["metadata"].get("namespace", ""), pod["metadata"]["name"]), pod)
             self._observe_pod(pod)
         async with asyncio.TaskGroup() as group:
             group.create_task(self.engine.run())
@@ -131,7 +144,10 @@ class Scheduler:
                 except WatchOverflow:
                     watcher.close()
                     watcher, _ = store.watch(None, None, store.revision)
+                    self._node_of.clear()
+                    self._counts.clear()
                     for pod in store.list_objects(PODS):
+                        self._count((pod["metadata"].get("namespace", ""), pod["metadata"]["name"]), pod)
                         self._observe_pod(pod)
                     self._retry_waiting()
                     continue
@@ -144,6 +160,7 @@ class Scheduler:
         if event.resource == NODES:
             self._retry_waiting()
         elif event.resource == PODS:
+            self._count((event.namespace, event.name), None if event.type == "DELETED" else event.obj)
             if event.type == "DELETED":
                 self._waiting.discard((event.namespace, event.name))
                 if (event.obj.get("spec") or {}).get("nodeName"):
@@ -172,13 +189,11 @@ class Scheduler:
             self._waiting.discard(key)
             return
         nodes = store.list_objects(NODES)
-        counts = Counter(str((p.get("spec") or {}).get("nodeName")) for p in store.list_objects(PODS)
-                         if (p.get("spec") or {}).get("nodeName")
-                         and (p.get("status") or {}).get("phase") not in TERMINAL_PHASES)
-        decision = choose_node(pod, nodes, counts)
+        decision = choose_node(pod, nodes, self._counts)
         if decision.node is not None:
             try:
-                bind(self.ops, key[0], key[1], decision.node, uid=pod["metadata"].get("uid", ""))
+                bound = bind(self.ops, key[0], key[1], decision.node, uid=pod["metadata"].get("uid", ""))
+                self._count(key, bound)
             except ApiError as exc:
                 if exc.code not in (404, 409):
                     raise

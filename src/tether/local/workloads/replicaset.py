@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -125,10 +126,12 @@ class ReplicaSetController(Controller):
             created = self.writer.create(PODS, body)
             if created is not None:
                 self.writer.record(rs, Note("SuccessfulCreate", f"Created pod: {meta(created)['name']}"))
+            await asyncio.sleep(0)  # a 1,000-pod scale-up must not stall the API server's loop
         for pod_name in plan.delete:
             pod = self.store.get(PODS, namespace, pod_name)
             if pod is not None and self.writer.delete(PODS, pod):
                 self.writer.record(rs, Note("SuccessfulDelete", f"Deleted pod: {pod_name}"))
+            await asyncio.sleep(0)
         current = self.store.get(RESOURCE, namespace, name)
         if current is not None and meta(current).get("uid") == uid:
             self.writer.write_status(RESOURCE, current, plan.status)

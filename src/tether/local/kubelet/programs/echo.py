@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class EchoHandler(BaseHTTPRequestHandler):
     server_version = "tether-echo/1"
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
 
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

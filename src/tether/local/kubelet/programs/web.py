@@ -18,6 +18,7 @@ PAGE = """<!DOCTYPE html>
 
 class PageHandler(SimpleHTTPRequestHandler):
     server_version = "nginx (tether stand-in)"
+    protocol_version = "HTTP/1.1"  # keep-alive, as nginx does
 
     def do_GET(self) -> None:
         if self.path in ("/", "/index.html") and not os.path.exists(os.path.join(self.directory, "index.html")):
