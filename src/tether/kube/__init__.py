@@ -1,6 +1,83 @@
-"""The only code in tether that talks to a Kubernetes API: clients per cluster from kubeconfig."""
+"""The only code in tether that talks to a Kubernetes API: clients per cluster, informers, errors."""
 
-from tether.kube.client import KubeClient, KubeError
-from tether.kube.config import ClusterCredentials, load_kubeconfig
+from tether.kube.client import (
+    KubeClient,
+    ObjectList,
+    PatchType,
+    Preconditions,
+    RawStream,
+    Resource,
+    RetryPolicy,
+    ServerVersion,
+)
+from tether.kube.config import ClusterCredentials, KubeconfigError, load_kubeconfig
+from tether.kube.errors import (
+    AlreadyExists,
+    BadRequest,
+    Cause,
+    Conflict,
+    Expired,
+    Forbidden,
+    Gone,
+    Invalid,
+    KubeError,
+    MethodNotAllowed,
+    NotFound,
+    ServerError,
+    TooManyRequests,
+    Unauthorized,
+    Unreachable,
+    error_from_status,
+)
+from tether.kube.pool import ClientPool
+from tether.kube.transport import ConnectOptions, Dialer, DialerBackend
+from tether.kube.watch import (
+    Backoff,
+    EventHandler,
+    Informer,
+    ObjectKey,
+    WatchEvent,
+    object_key,
+    watch,
+)
 
-__all__ = ["ClusterCredentials", "KubeClient", "KubeError", "load_kubeconfig"]
+__all__ = [
+    "AlreadyExists",
+    "Backoff",
+    "BadRequest",
+    "Cause",
+    "ClientPool",
+    "ClusterCredentials",
+    "Conflict",
+    "ConnectOptions",
+    "Dialer",
+    "DialerBackend",
+    "EventHandler",
+    "Expired",
+    "Forbidden",
+    "Gone",
+    "Informer",
+    "Invalid",
+    "KubeClient",
+    "KubeError",
+    "KubeconfigError",
+    "MethodNotAllowed",
+    "NotFound",
+    "ObjectKey",
+    "ObjectList",
+    "PatchType",
+    "Preconditions",
+    "RawStream",
+    "Resource",
+    "RetryPolicy",
+    "ServerError",
+    "ServerVersion",
+    "TooManyRequests",
+    "Unauthorized",
+    "Unreachable",
+    "WatchEvent",
+    "error_from_status",
+    "load_kubeconfig",
+    "object_key",
+    "watch",
+]

@@ -6,9 +6,11 @@ import base64
 import os
 import ssl
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -19,14 +21,67 @@ class KubeconfigError(Exception):
 
 @dataclass(frozen=True)
 class ClusterCredentials:
+    """Where a cluster is and how to prove who we are; secrets are kept out of `repr`.
+
+    `proxy_url` (http:// only) routes every connection through an HTTP CONNECT proxy, sending
+    `proxy_headers` with each CONNECT: Karmada's `spec.proxyURL`/`spec.proxyHeader`, and what
+    apiserver-network-proxy in http-connect mode expects.
+    """
+
     context: str
     server: str
     namespace: str
     ca_pem: bytes | None
     insecure: bool
     client_cert_pem: bytes | None
-    client_key_pem: bytes | None
-    token: str | None
+    client_key_pem: bytes | None = field(repr=False)
+    token: str | None = field(repr=False)
+    proxy_url: str | None = field(default=None, repr=False)
+    proxy_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_token(
+        cls,
+        *,
+        server: str,
+        token: str,
+        ca_bundle: bytes | str | None,
+        name: str = "",
+        namespace: str = "default",
+        insecure: bool = False,
+        proxy_url: str | None = None,
+        proxy_headers: Mapping[str, str] | None = None,
+    ) -> ClusterCredentials:
+        """What `tether join` stores for a member (a Secret with `token` and `caBundle`).
+
+        `ca_bundle` is PEM, or base64 of PEM (as Karmada's `caBundle` is); `None` trusts the
+        system store. `proxy_headers` values may be comma-separated lists, as in Karmada.
+        """
+        return cls(
+            context=name,
+            server=server.rstrip("/"),
+            namespace=namespace,
+            ca_pem=_pem(ca_bundle),
+            insecure=insecure,
+            client_cert_pem=None,
+            client_key_pem=None,
+            token=token.strip(),
+            proxy_url=proxy_url or None,
+            proxy_headers=_header_pairs(proxy_headers or {}),
+        )
+
+    @classmethod
+    def from_secret_data(cls, data: Mapping[str, str], *, server: str, name: str = "",
+                         **kwargs: Any) -> ClusterCredentials:
+        """From a Secret's base64 `data` with keys `token` and optionally `caBundle`."""
+        token = base64.b64decode(data["token"]).decode().strip()
+        ca = base64.b64decode(data["caBundle"]) if data.get("caBundle") else None
+        return cls.from_token(server=server, token=token, ca_bundle=ca, name=name, **kwargs)
+
+    @property
+    def proxy_display(self) -> str:
+        """The proxy URL without any userinfo, fit for messages and logs."""
+        return redact_url(self.proxy_url) if self.proxy_url else ""
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         if not self.server.startswith("https://"):
@@ -46,6 +101,37 @@ class ClusterCredentials:
                 key.write_bytes(self.client_key_pem)
                 context.load_cert_chain(cert, key)
         return context
+
+
+def _pem(bundle: bytes | str | None) -> bytes | None:
+    if bundle is None or bundle in (b"", ""):
+        return None
+    raw = bundle.encode() if isinstance(bundle, str) else bundle
+    if b"-----BEGIN" in raw:
+        return raw
+    try:
+        decoded = base64.b64decode(raw, validate=True)
+    except ValueError:
+        raise KubeconfigError("caBundle is neither PEM nor base64 of PEM") from None
+    if b"-----BEGIN" not in decoded:
+        raise KubeconfigError("caBundle is neither PEM nor base64 of PEM")
+    return decoded
+
+
+def _header_pairs(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    pairs: list[tuple[str, str]] = []
+    for key, value in headers.items():
+        pairs.extend((key, part.strip()) for part in value.split(",") if part.strip())
+    return tuple(pairs)
+
+
+def redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _named(items: list[dict[str, Any]] | None, name: str, what: str, source: Path) -> dict[str, Any]:
@@ -96,4 +182,5 @@ def load_kubeconfig(path: Path | None = None, context: str | None = None) -> Clu
         client_cert_pem=_data(user, "client-certificate", base),
         client_key_pem=_data(user, "client-key", base),
         token=token,
+        proxy_url=str(cluster["proxy-url"]) if cluster.get("proxy-url") else None,
     )

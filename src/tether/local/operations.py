@@ -398,6 +398,14 @@ class Operations:
         self._place(rt, applied, namespace)
         merge_schema = patching.merge_schema_for(rt.group, rt.kind) if not rt.crd else None
         current = self.find(rt, namespace, name)
+        if subresource == "status":
+            # An apply to /status sets status fields (merged into the live status); the main
+            # resource's apply ignores status, so this cannot go through server_side_apply.
+            if current is None:
+                raise not_found(rt.plural, name, rt.group)
+            merged = copy.deepcopy(current)
+            merged["status"] = patching.apply_merge_patch(current.get("status") or {}, applied.get("status") or {})
+            return self._write_update(rt, current, merged, opts, subresource="status"), False
         now = objects.now_rfc3339()
         try:
             result = patching.server_side_apply(
