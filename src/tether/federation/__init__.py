@@ -1,0 +1,1 @@
+"""Federation: cluster registry, propagation (KubeFed and Karmada dialects on one engine), status."""

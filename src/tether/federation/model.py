@@ -1,0 +1,96 @@
+"""The internal propagation model both API dialects compile to.
+
+KubeFed's Federated<Kind> objects and Karmada's templates + policies are different ways to say
+the same thing: "this object, in these clusters, with these per-cluster differences". Each is
+compiled (purely) to a `PropagationPlan`: one `WorkItem` per target cluster holding the exact
+object to apply there, plus the clusters that could not get one and why. Everything downstream
+(executors, status collection, conditions) only knows this model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Obj = Mapping[str, Any]
+
+Dialect = Literal["kubefed", "karmada"]
+ConflictResolution = Literal["Abort", "Overwrite"]
+
+# Labels and annotations tether puts on what it creates in members.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "tether"
+SOURCE_ANNOTATION = "tether.io/source"  # "<dialect>:<apiVersion>/<kind>/<namespace>/<name>"
+KUBEFED_MANAGED_LABEL = "kubefed.io/managed"
+FIELD_MANAGER = "tether"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What placement needs to know about a member cluster."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    provider: str = ""
+    region: str = ""
+    zones: tuple[str, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    # Replicas the cluster could still run (Karmada's dynamic weighting); None when unknown.
+    available_replicas: int | None = None
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind}.{self.api_version} {where}{self.name}"
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """The object to apply in one cluster, already overridden and with its replica share."""
+
+    cluster: str
+    manifest: Obj
+    replicas: int | None = None  # the share given to this cluster, for workloads
+
+
+@dataclass(frozen=True)
+class ClusterFailure:
+    """A cluster that is targeted but gets nothing, with a reason users can act on."""
+
+    cluster: str
+    reason: str  # e.g. ApplyOverridesFailed, ClusterNotReady, ClusterNotFound, NoClusterFit
+    message: str
+
+
+@dataclass(frozen=True)
+class PropagationPlan:
+    source: ResourceRef
+    dialect: Dialect
+    works: tuple[WorkItem, ...] = ()
+    failures: tuple[ClusterFailure, ...] = ()
+    conflict_resolution: ConflictResolution = "Abort"
+    preserve_on_deletion: bool = False
+    dependencies: tuple[ResourceRef, ...] = ()  # propagated along (Karmada propagateDeps)
+    # Set when nothing can be planned at all (bad policy, unknown type): the source's condition.
+    error_reason: str = ""
+    error_message: str = ""
+
+    @property
+    def clusters(self) -> tuple[str, ...]:
+        return tuple(w.cluster for w in self.works)
