@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 
 from tether import __version__
-from tether.cli import local
+from tether.cli import clusters, hub, local
 
 app = typer.Typer(
     name="tether",
@@ -16,6 +16,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(local.app, name="local")
+app.add_typer(hub.app, name="hub")
+clusters.register(app)  # join, unjoin, clusters
 
 
 @app.command()

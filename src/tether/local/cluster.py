@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether.local import components
+from tether.local import tokens as sa_tokens
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
 from tether.local.http import HttpServer
@@ -63,7 +64,9 @@ class LocalCluster:
         self.api = ApiServer(
             operations=self.ops,
             registry=self.registry,
-            tokens=token_checker({self.pki.token(): "tether-admin"}),
+            # the admin token, then ServiceAccount tokens (local/tokens.py)
+            tokens=sa_tokens.authenticator(self.store, config.data_dir / "pki",
+                                           token_checker({self.pki.token(): "tether-admin"})),
             server_address=lambda: f"{config.host}:{self.port}",
         )
         mode = choose_mode(config.data_dir, config.netns)

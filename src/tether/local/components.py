@@ -13,11 +13,12 @@ if TYPE_CHECKING:
 
 
 def build(cluster: LocalCluster) -> list[Component]:
-    from tether.local import kubelet, nodes, services, workloads
+    from tether.local import kubelet, nodes, services, tokens, workloads
 
     parts: list[Component] = []
     parts += services.build(cluster)  # Service IPs, Endpoints/EndpointSlices, service proxy, DNS
     parts += nodes.build(cluster)  # nodes and leases, IPAM (podCIDR or Calico IPPools), scheduler
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
+    parts += tokens.build(cluster)  # ServiceAccount tokens, TokenRequest, default SA, root CA
     return parts

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class EchoHandler(BaseHTTPRequestHandler):
     server_version = "tether-echo/1"
     protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
 
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

@@ -19,6 +19,7 @@ PAGE = """<!DOCTYPE html>
 class PageHandler(SimpleHTTPRequestHandler):
     server_version = "nginx (tether stand-in)"
     protocol_version = "HTTP/1.1"  # keep-alive, as nginx does
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
 
     def do_GET(self) -> None:
         if self.path in ("/", "/index.html") and not os.path.exists(os.path.join(self.directory, "index.html")):
