@@ -74,6 +74,12 @@ async def av1(clusters: Clusters) -> AsyncIterator[aclient.CoreV1Api]:
         yield aclient.CoreV1Api(api_client)
 
 
+# Every namespace holds the cluster's CA bundle ConfigMap, as on real clusters; the tests
+# count only the objects they made.
+ROOT_CA = "kube-root-ca.crt"
+NOT_ROOT_CA = f"metadata.name!={ROOT_CA}"
+
+
 def cm(name: str, data: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if labels is not None:
@@ -120,7 +126,7 @@ async def test_asyncio_configmap_crud(av1: aclient.CoreV1Api, namespace: str) ->
     assert read.metadata.uid == created.metadata.uid
     assert read.data == {"a": "1"}
 
-    listed = await av1.list_namespaced_config_map(namespace)
+    listed = await av1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA)
     assert [i.metadata.name for i in listed.items] == ["crud"]
     assert int(listed.metadata.resource_version) >= int(created.metadata.resource_version)
 
@@ -177,14 +183,14 @@ async def test_asyncio_stale_replace_is_conflict(av1: aclient.CoreV1Api, namespa
 
 
 async def test_asyncio_dry_run_create_does_not_persist(av1: aclient.CoreV1Api, namespace: str) -> None:
-    before = await av1.list_namespaced_config_map(namespace)
+    before = await av1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA)
     dry = await av1.create_namespaced_config_map(namespace, cm("dry", {"x": "y"}), dry_run="All")
     assert dry.metadata.name == "dry"
     assert dry.data == {"x": "y"}
     with pytest.raises(ApiException) as missing:
         await av1.read_namespaced_config_map("dry", namespace)
     assert missing.value.status == 404
-    after = await av1.list_namespaced_config_map(namespace)
+    after = await av1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA)
     assert after.items == []
     # A dry run writes nothing, so the global resourceVersion has not moved either.
     assert after.metadata.resource_version == before.metadata.resource_version
@@ -194,9 +200,9 @@ async def test_asyncio_dry_run_create_does_not_persist(av1: aclient.CoreV1Api, n
 
 
 async def test_asyncio_watch_sees_changes_in_order(av1: aclient.CoreV1Api, namespace: str) -> None:
-    rv = (await av1.list_namespaced_config_map(namespace)).metadata.resource_version
+    rv = (await av1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA)).metadata.resource_version
     async with awatch.Watch() as w:
-        stream = w.stream(av1.list_namespaced_config_map, namespace, resource_version=rv,
+        stream = w.stream(av1.list_namespaced_config_map, namespace, field_selector=NOT_ROOT_CA, resource_version=rv,
                           timeout_seconds=int(DEADLINE_S))
         reader = asyncio.ensure_future(take(stream, 6))
         await av1.create_namespaced_config_map(namespace, cm("a", {"n": "1"}))
@@ -224,7 +230,7 @@ async def test_asyncio_watch_from_list_rv_resumes_with_later_events(
 ) -> None:
     await av1.create_namespaced_config_map(namespace, cm("early1", {"v": "1"}))
     await av1.create_namespaced_config_map(namespace, cm("early2", {"v": "1"}))
-    listed = await av1.list_namespaced_config_map(namespace)
+    listed = await av1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA)
     assert sorted(i.metadata.name for i in listed.items) == ["early1", "early2"]
     list_rv = listed.metadata.resource_version
 
@@ -234,7 +240,7 @@ async def test_asyncio_watch_from_list_rv_resumes_with_later_events(
     await av1.delete_namespaced_config_map("early2", namespace)
 
     async with awatch.Watch() as w:
-        stream = w.stream(av1.list_namespaced_config_map, namespace, resource_version=list_rv,
+        stream = w.stream(av1.list_namespaced_config_map, namespace, field_selector=NOT_ROOT_CA, resource_version=list_rv,
                           timeout_seconds=int(DEADLINE_S), allow_watch_bookmarks=True)
         replayed = [e for e in await take(stream, 3) if e["type"] != "BOOKMARK"]
         assert summary(replayed) == [
@@ -253,10 +259,10 @@ async def test_asyncio_label_selector_watch_sees_delete_when_object_stops_matchi
     av1: aclient.CoreV1Api, namespace: str
 ) -> None:
     await av1.create_namespaced_config_map(namespace, cm("sel", {"v": "1"}, {"app": "a"}))
-    listed = await av1.list_namespaced_config_map(namespace, label_selector="app=a")
+    listed = await av1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA, label_selector="app=a")
     assert [i.metadata.name for i in listed.items] == ["sel"]
     async with awatch.Watch() as w:
-        stream = w.stream(av1.list_namespaced_config_map, namespace, label_selector="app=a",
+        stream = w.stream(av1.list_namespaced_config_map, namespace, field_selector=NOT_ROOT_CA, label_selector="app=a",
                           resource_version=listed.metadata.resource_version,
                           timeout_seconds=int(DEADLINE_S))
         reader = asyncio.ensure_future(take(stream, 4))
@@ -280,11 +286,11 @@ async def test_asyncio_label_selector_watch_sees_delete_when_object_stops_matchi
 
 async def test_asyncio_watch_bookmarks(av1: aclient.CoreV1Api, namespace: str) -> None:
     await av1.create_namespaced_config_map(namespace, cm("bm", {"v": "1"}))
-    rv = (await av1.list_namespaced_config_map(namespace)).metadata.resource_version
+    rv = (await av1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA)).metadata.resource_version
 
     async def whole_stream(**kwargs: Any) -> list[dict[str, Any]]:
         async with awatch.Watch() as w:
-            stream = w.stream(av1.list_namespaced_config_map, namespace, resource_version=rv,
+            stream = w.stream(av1.list_namespaced_config_map, namespace, field_selector=NOT_ROOT_CA, resource_version=rv,
                               timeout_seconds=1, **kwargs)
             async with asyncio.timeout(DEADLINE_S):
                 return [e async for e in stream]  # ends when the server closes at timeoutSeconds
@@ -348,12 +354,12 @@ async def test_asyncio_watch_after_compaction_gets_410_and_relists(compacting_cl
     async with aclient.ApiClient(configuration) as api_client:
         v1 = aclient.CoreV1Api(api_client)
         await v1.create_namespaced_config_map("default", cm("busy", {"n": "0"}))
-        old_rv = (await v1.list_namespaced_config_map("default")).metadata.resource_version
+        old_rv = (await v1.list_namespaced_config_map("default", field_selector=NOT_ROOT_CA)).metadata.resource_version
         for i in range(1, 41):  # 40 revisions > 2 x compact_keep: history before old_rv is gone
             await v1.patch_namespaced_config_map("busy", "default", {"data": {"n": str(i)}})
 
         async with awatch.Watch() as w:
-            stream = w.stream(v1.list_namespaced_config_map, "default", resource_version=old_rv,
+            stream = w.stream(v1.list_namespaced_config_map, "default", field_selector=NOT_ROOT_CA, resource_version=old_rv,
                               timeout_seconds=int(DEADLINE_S))
             with pytest.raises(ApiException) as gone:
                 await take(stream, 1)
@@ -362,11 +368,11 @@ async def test_asyncio_watch_after_compaction_gets_410_and_relists(compacting_cl
         assert f"too old resource version: {old_rv}" in str(gone.value.reason)
 
         # What an informer does next: relist, then watch from the new list's resourceVersion.
-        relisted = await v1.list_namespaced_config_map("default")
+        relisted = await v1.list_namespaced_config_map("default", field_selector=NOT_ROOT_CA)
         assert [(i.metadata.name, i.data) for i in relisted.items] == [("busy", {"n": "40"})]
         assert int(relisted.metadata.resource_version) > int(old_rv)
         async with awatch.Watch() as w:
-            stream = w.stream(v1.list_namespaced_config_map, "default",
+            stream = w.stream(v1.list_namespaced_config_map, "default", field_selector=NOT_ROOT_CA,
                               resource_version=relisted.metadata.resource_version,
                               timeout_seconds=int(DEADLINE_S))
             reader = asyncio.ensure_future(take(stream, 2))
@@ -389,7 +395,7 @@ def test_sync_list_pages_with_limit_and_continue(core_v1: sync_client.CoreV1Api,
     remaining: list[int | None] = []
     token: str | None = None
     while True:
-        page = core_v1.list_namespaced_config_map(namespace, limit=10, _continue=token)
+        page = core_v1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA, limit=10, _continue=token)
         seen += [i.metadata.name for i in page.items]
         pages.append(len(page.items))
         versions.add(page.metadata.resource_version)
@@ -402,7 +408,7 @@ def test_sync_list_pages_with_limit_and_continue(core_v1: sync_client.CoreV1Api,
     assert remaining == [15, 5, None]
     assert seen == names
     assert len(versions) == 1  # later pages report the first page's resourceVersion
-    whole = core_v1.list_namespaced_config_map(namespace)
+    whole = core_v1.list_namespaced_config_map(namespace, field_selector=NOT_ROOT_CA)
     assert [i.metadata.name for i in whole.items] == names
     assert whole.metadata._continue is None
 
@@ -446,7 +452,7 @@ def test_sync_watch_stream_with_timeout_ends_by_itself(
     for name in ("w1", "w2"):
         core_v1.create_namespaced_config_map(namespace, cm(name, {"n": name}))
     w = sync_watch.Watch()
-    events = list(w.stream(core_v1.list_namespaced_config_map, namespace, timeout_seconds=2,
+    events = list(w.stream(core_v1.list_namespaced_config_map, namespace, field_selector=NOT_ROOT_CA, timeout_seconds=2,
                            _request_timeout=DEADLINE_S))
     # No resourceVersion: the current state arrives as ADDED events, then the stream ends.
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "w1"), ("ADDED", "w2")]
@@ -486,7 +492,7 @@ def test_lightkube_apply_creates_then_updates(lk: LightkubeClient, namespace: st
 def test_lightkube_watch_streams_events(lk: LightkubeClient, namespace: str) -> None:
     lk.create(ConfigMap(metadata=ObjectMeta(name="lw1"), data={"v": "1"}), namespace=namespace)
     seen: list[tuple[str, str, dict[str, str] | None]] = []
-    stream = lk.watch(ConfigMap, namespace=namespace)
+    stream = lk.watch(ConfigMap, namespace=namespace, fields={"metadata.name": op.not_equal(ROOT_CA)})
     try:
         for kind, obj in stream:
             assert obj.metadata is not None and obj.metadata.name is not None
@@ -513,7 +519,7 @@ def test_lightkube_list_with_label_selectors(lk: LightkubeClient, namespace: str
         lk.create(ConfigMap(metadata=ObjectMeta(name=name, labels=labels)), namespace=namespace)
 
     def names(**labels: Any) -> list[str]:
-        return [o.metadata.name for o in lk.list(ConfigMap, namespace=namespace, labels=labels)
+        return [o.metadata.name for o in lk.list(ConfigMap, namespace=namespace, labels=labels, fields={"metadata.name": op.not_equal(ROOT_CA)})
                 if o.metadata is not None and o.metadata.name is not None]
 
     assert names(app="x") == ["l-a", "l-b"]
