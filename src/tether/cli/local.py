@@ -75,10 +75,17 @@ def up(
         console.print("[yellow]local clusters are already running[/yellow] (stop them with `tether local down`)")
         _print_usage(layout, running)
         return
-    with console.status(f"starting {len(names)} local cluster(s): {', '.join(names)}"):
+    with console.status(f"starting {len(names)} local cluster(s): {', '.join(names)}") as status:
+        ready: list[str] = []
+
+        def progress(line: str) -> None:  # "cluster1 serving on https://127.0.0.1:PORT"
+            ready.append(line.split(" ", 1)[0])
+            console.print(f"  [green]✓[/green] {line}")
+            status.update(f"started {len(ready)}/{len(names)} local cluster(s); waiting for the rest")
+
         try:
             state = supervisor.start_daemon(layout, names, nodes=nodes, compact_keep=compact_keep,
-                                            netns=netns)
+                                            netns=netns, progress=progress)
         except supervisor.LocalError as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(1) from None

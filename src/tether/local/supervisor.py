@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,7 @@ async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000,
 
 
 def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_keep: int = 50_000,
-                 netns: bool | None = None) -> dict[str, Any]:
+                 netns: bool | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     layout.root.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         layout.state.unlink()
@@ -162,7 +163,10 @@ def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_ke
             command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
         )
     deadline = time.monotonic() + START_TIMEOUT_S
+    log_offset = layout.log.stat().st_size if layout.log.exists() else 0
     while time.monotonic() < deadline:
+        if progress is not None:
+            log_offset = _report_progress(layout.log, log_offset, progress)
         if process.poll() is not None:
             raise LocalError(f"the local clusters failed to start (exit {process.returncode}); see {layout.log}")
         state = read_state(layout)
@@ -171,6 +175,21 @@ def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_ke
         time.sleep(0.1)
     process.terminate()
     raise LocalError(f"the local clusters did not start within {START_TIMEOUT_S:.0f}s; see {layout.log}")
+
+
+def _report_progress(log: Path, offset: int, progress: Callable[[str], None]) -> int:
+    """Tell `progress` about each cluster the daemon's log says is serving; returns the new offset."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+    except OSError:
+        return offset
+    complete = chunk.rfind(b"\n") + 1
+    for line in chunk[:complete].decode("utf-8", "replace").splitlines():
+        if "serving on" in line and "cluster " in line:
+            progress(line.split("cluster ", 1)[1].strip())
+    return offset + complete
 
 
 def stop_daemon(layout: Layout) -> bool:
