@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shutil
 import subprocess
 import time
@@ -140,3 +142,44 @@ def test_logs_follow_exec_env_and_port_forward(clusters: Any, ns: str) -> None:
     finally:
         forward.terminate()
         forward.wait(10)
+
+
+def test_run_interactive_with_stdin_and_a_tty(clusters: Any, ns: str) -> None:
+    # `kubectl run -i --rm`: stdin reaches the container's process, its output comes back.
+    piped = clusters.kubectl("run", "calc", "-i", "--rm", "-n", ns, "--image=python:3.12", "--restart=Never",
+                             "--", "python3", "-c", "import sys; exec(sys.stdin.read())",
+                             input="print(6 * 7)\n", timeout=90)
+    assert "42" in piped.stdout.splitlines()
+    assert clusters.kubectl("get", "pod", "calc", "-n", ns, check=False).returncode != 0  # --rm removed it
+
+    # `kubectl run -it --rm ... -- sh`: a shell on a pty, driven through a pty as a user types.
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "KUBECONFIG": str(clusters.kubeconfig),
+           "KUBECACHEDIR": str(clusters.cache_root / clusters.names[0])}
+    shell = subprocess.Popen(
+        [kubectl_binary(), "--context", clusters.names[0], "run", "shell", "-it", "--rm", "-n", ns,
+         "--image=busybox", "--restart=Never", "--", "sh"],
+        stdin=terminal, stdout=terminal, stderr=terminal, env=env, start_new_session=True)
+    os.close(terminal)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        sent = False
+        while time.monotonic() < deadline and b"hello-from-42" not in seen:
+            ready, _, _ = select.select([controller], [], [], 0.5)
+            if ready:
+                try:
+                    seen += os.read(controller, 4096)
+                except OSError:
+                    break
+            if not sent and b"command prompt" in seen:
+                time.sleep(1)
+                os.write(controller, b"echo hello-from-$((6*7))\n")
+                sent = True
+        os.write(controller, b"exit\n")
+        assert shell.wait(30) == 0
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+        os.close(controller)
+    assert b"hello-from-42" in seen

@@ -38,7 +38,7 @@ from tether.local.http import Reply, Request, UpgradeResponse
 from tether.local.kubelet import environment
 from tether.local.kubelet.kubelet import Kubelet
 from tether.local.kubelet.logs import choose_container, log_file
-from tether.local.kubelet.runtime import parse_log_line, stop_process
+from tether.local.kubelet.runtime import Attachment, parse_log_line, stop_process
 from tether.local.resources import ResourceType
 from tether.local.store import Store
 from tether.local.streams import spdy
@@ -689,12 +689,18 @@ class AttachServer:
         pod = get_pod(self.store, rt, namespace, name)
         container = running_container(pod, request.param("container"), "attach")
         options = StreamOptions.of(request)
+        uid = pod["metadata"]["uid"]
+        attachment = self.kubelet.attachments.get((uid, container["name"]))
+        if attachment is not None:
+            async def live(channels: Channels) -> bytes:
+                return await _attach_live(channels, attachment, options)
+
+            return upgrade(request, options, live, f"attach to {namespace}/{name}")
         if options.stdin:
-            raise bad_request("attaching stdin is not supported by tether local clusters: container "
-                              "processes run without a stdin connection; use `kubectl attach` "
+            raise bad_request(f"container {container['name']} in pod {name} was not started with "
+                              "stdin: true, so there is no input to attach to; use `kubectl attach` "
                               "without -i, or `kubectl exec -i`")
         path = log_file(self.kubelet.pods_dir, pod, container["name"], previous=False)
-        uid = pod["metadata"]["uid"]
 
         async def session(channels: Channels) -> bytes:
             return await self._follow(channels, rt, namespace, name, uid, container["name"], path,
@@ -727,6 +733,36 @@ class AttachServer:
                 await asyncio.sleep(ATTACH_POLL_S)
             drain.cancel()
         return ws.status_success()
+
+
+async def _attach_live(channels: Channels, attachment: Attachment, options: StreamOptions) -> bytes:
+    """Attach to a container's running process: its output, and input/resizes to it."""
+    output = attachment.subscribe()
+
+    async def out() -> None:
+        while (data := await output.get()) is not None:
+            if options.stdout:
+                await channels.write(ws.STDOUT, data)
+        await channels.end(ws.STDOUT)
+
+    async def into() -> None:
+        while True:
+            item = await channels.inbox.get()
+            if isinstance(item, Resize):
+                attachment.resize(item.size.width, item.size.height)
+            elif isinstance(item, StdinData) and options.stdin:
+                await attachment.write(item.data)
+            elif isinstance(item, StdinClosed) and options.stdin:
+                await attachment.close_input()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            feeder = group.create_task(into())
+            await group.create_task(out())
+            feeder.cancel()
+    finally:
+        attachment.unsubscribe(output)
+    return ws.status_success()
 
 
 async def _drop_input(inbox: Inbox) -> None:

@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from tether.engine import Engine
 from tether.local import events, objects
 from tether.local.errors import ApiError
 from tether.local.kubelet import environment, images, probes
-from tether.local.kubelet.runtime import LogWriter, run_process
+from tether.local.kubelet.runtime import CTTY_SHIM, Attachment, LogWriter, run_process
 from tether.local.kubelet.status import ContainerState, PodRuntimeState, pod_status
 from tether.local.netns import HostFabric, NetnsError
 from tether.local.operations import WriteOptions
@@ -234,17 +235,29 @@ class PodWorker:
             try:
                 async with asyncio.TaskGroup() as group:
                     watcher = group.create_task(self._when_started(started, pod, container, env, init=init))
-                    argv = [*self.kubelet.fabric.command_prefix(pod), *program.argv]
+                    attachment = self._attachment(container)
+                    argv = [*self.kubelet.fabric.command_prefix(pod), *tty_argv(program.argv, env, attachment)]
                     code = await run_process(argv, env=env, cwd=self.directory / "root", log=logfile,
-                                             started=started, grace_s=lambda: self.grace_s)
+                                             started=started, grace_s=lambda: self.grace_s,
+                                             attachment=attachment)
                     watcher.cancel()
             except* LivenessFailed:
                 logfile.write("stderr", b"container killed: liveness probe failed")
+            finally:
+                self.kubelet.attachments.pop((self.uid, name), None)
             at = objects.now_rfc3339()
             self.set_container(name, lambda c: c.terminated(code, at), init=init)
             return code
         finally:
             logfile.close()
+
+    def _attachment(self, container: Obj) -> Attachment | None:
+        """Containers started with `stdin: true` can be attached to with input (`run -it`)."""
+        if not container.get("stdin"):
+            return None
+        attachment = Attachment(tty=bool(container.get("tty")), stdin_once=bool(container.get("stdinOnce")))
+        self.kubelet.attachments[(self.uid, container["name"])] = attachment
+        return attachment
 
     async def _when_started(self, started: asyncio.Event, pod: Obj, container: Obj, env: dict[str, str], *,
                             init: bool) -> None:
@@ -306,6 +319,14 @@ class PodWorker:
                 group.create_task(probes.run_probe(check, probes.ProbeTiming.of(liveness), alive))
 
 
+def tty_argv(argv: tuple[str, ...], env: dict[str, str], attachment: Attachment | None) -> list[str]:
+    """With a tty, run the command through a shim that makes the pty its controlling terminal."""
+    if attachment is None or not attachment.tty:
+        return list(argv)
+    executable = argv[0] if "/" in argv[0] else (shutil.which(argv[0], path=env.get("PATH")) or argv[0])
+    return [sys.executable, "-I", "-S", "-c", CTTY_SHIM, executable, *argv]
+
+
 class LivenessFailed(Exception):
     pass
 
@@ -351,6 +372,8 @@ class Kubelet:
         map_file = os.environ.get("TETHER_IMAGE_MAP")
         self.image_map = images.ImageMap.load(Path(map_file) if map_file else cluster.config.data_dir / "images.yaml")
         self.workers: dict[PodKey, PodWorker] = {}
+        # (pod uid, container) -> the running process's stdin/tty, for `attach -i`
+        self.attachments: dict[tuple[str, str], Attachment] = {}
         self.engine: Engine[PodKey] = Engine("kubelet", self._reconcile, workers=4)
         self._group: asyncio.TaskGroup | None = None
         self.allocate_address: Callable[[Obj, Obj | None], str] = self._node_range_address
