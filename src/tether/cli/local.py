@@ -57,10 +57,18 @@ def up(
         "--netns/--no-netns",
         help="Root only: each node a network namespace, pod and service addresses private to the "
              "cluster, no route between clusters [default: the mode kept in --data-dir, else no]")] = None,
+    isolate_api: Annotated[list[str] | None, typer.Option(
+        "--isolate-api",
+        help="With --netns: serve this cluster's API only inside its own network (repeat); only its "
+             "nodes and pods reach it, as for a member behind NAT")] = None,
 ) -> None:
     """Start local clusters (kept state is reused: `down` then `up` loses nothing)."""
     layout = _layout(data_dir)
     names = supervisor.choose_names(layout, clusters, list(name or []))
+    unknown = set(isolate_api or ()) - set(names)
+    if unknown:
+        raise typer.BadParameter(f"names no cluster being started: {', '.join(sorted(unknown))}",
+                                 param_hint="--isolate-api")
     for cluster_name in names:
         if not cluster_name or cluster_name != cluster_name.lower() or "/" in cluster_name:
             raise typer.BadParameter(f"cluster name {cluster_name!r} must be lower-case, without '/'", param_hint="--name")
@@ -68,7 +76,8 @@ def up(
     if foreground:
         logging.basicConfig(level=os.environ.get("TETHER_LOG_LEVEL", "INFO"),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep, nodes=nodes, netns=netns))
+        asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep, nodes=nodes, netns=netns,
+                                     isolate_api=tuple(isolate_api or ())))
         return
     running = supervisor.read_state(layout)
     if running is not None:
@@ -85,7 +94,8 @@ def up(
 
         try:
             state = supervisor.start_daemon(layout, names, nodes=nodes, compact_keep=compact_keep,
-                                            netns=netns, progress=progress)
+                                            netns=netns, progress=progress,
+                                            isolate_api=tuple(isolate_api or ()))
         except supervisor.LocalError as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(1) from None
@@ -130,6 +140,11 @@ def status(data_dir: DataDir = None) -> None:
         raise typer.Exit(1)
     table = Table("cluster", "server", "ready")
     for entry in state["clusters"]:
+        if not entry["server"].startswith(("https://127.", "https://localhost")):
+            # An isolated API server is reachable only inside its cluster's network: never probe
+            # it from here (that would send traffic towards the host's default route).
+            table.add_row(entry["name"], entry["server"], "isolated (inside its network)")
+            continue
         ready = supervisor.probe_ready(entry["server"], _pki(layout, entry["name"]).ca_cert)
         table.add_row(entry["name"], entry["server"], "[green]yes[/green]" if ready else "[red]no[/red]")
     console.print(table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
 from tether.local.http import HttpServer
 from tether.local.netns import fabric_for
-from tether.local.network import ClusterNetwork, choose_mode, claim_index
+from tether.local.network import ClusterNetwork, NetworkError, choose_mode, claim_index
 from tether.local.operations import Operations, WriteOptions
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.local.resources import Registry
@@ -38,6 +39,7 @@ class ClusterConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0 picks a free port; the chosen one is kept in data_dir for restarts
     compact_keep: int = 50_000
+    isolate_api: bool = False  # netns mode: serve the API only inside the cluster's network
     index: int | None = None  # preferred address-range index; claimed machine-wide at start
     nodes: int = 1
     netns: bool | None = None  # network namespaces (root); None: the mode kept in data_dir
@@ -67,7 +69,7 @@ class LocalCluster:
             # the admin token, then ServiceAccount tokens (local/tokens.py)
             tokens=sa_tokens.authenticator(self.store, config.data_dir / "pki",
                                            token_checker({self.pki.token(): "tether-admin"})),
-            server_address=lambda: f"{config.host}:{self.port}",
+            server_address=lambda: f"{self.api_host}:{self.port}",
         )
         mode = choose_mode(config.data_dir, config.netns)
         self._index = claim_index(self._preferred_index())
@@ -75,6 +77,14 @@ class LocalCluster:
         # Where cluster addresses live (host loopback or namespaces): every part that binds or
         # dials one goes through it.
         self.fabric = fabric_for(self.network, config.nodes)
+        # An isolated API server listens only inside the cluster's network (its router
+        # namespace): its own nodes and pods reach it, nothing on the host side does.
+        self.api_host = config.host
+        if config.isolate_api:
+            if self.network.mode != "netns":
+                raise NetworkError("isolating a cluster's API server needs --netns (run as root)")
+            self.api_host = self.network.router_ip
+            self.pki = ensure_cluster_pki(config.data_dir / "pki", config.name, extra_ips=(self.api_host,))
         self._write_network()
         self.controllers = LocalControllers(self.ops)
         # Long-running parts beyond the core (workload controllers, nodes, kubelets, services):
@@ -84,6 +94,17 @@ class LocalCluster:
         self._http = HttpServer(self.api.handle, host=config.host, port=self._wanted_port(),
                                 ssl_context=server_ssl_context(self.pki))
         self.started = asyncio.Event()
+
+    def _isolated_socket(self) -> socket.socket:
+        sock = self.fabric.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.api_host, self._wanted_port()))
+        except OSError:
+            sock.bind((self.api_host, 0))  # the remembered port is taken: pick another
+        sock.listen(1024)
+        sock.setblocking(False)
+        return sock
 
     def _preferred_index(self) -> int | None:
         if self.config.index is not None:
@@ -114,7 +135,7 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        return f"https://{self.config.host}:{self.port}"
+        return f"https://{self.api_host}:{self.port}"
 
     def bootstrap(self) -> None:
         rt = self.registry.lookup("", "v1", "namespaces")
@@ -127,6 +148,9 @@ class LocalCluster:
         self.bootstrap()
         await self.fabric.setup()  # before any component binds or dials a cluster address
         self._write_network()
+        if self.config.isolate_api:
+            self._http = HttpServer(self.api.handle, host=self.api_host, port=0,
+                                    ssl_context=server_ssl_context(self.pki), sock=self._isolated_socket())
         try:
             await self._http.start()
         except OSError:

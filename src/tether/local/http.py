@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -152,8 +153,10 @@ class HttpServer:
         port: int,
         ssl_context: ssl.SSLContext | None = None,
         server_header: str = "tether",
+        sock: socket.socket | None = None,
     ) -> None:
         self._handler = handler
+        self._sock = sock  # a listening socket made elsewhere (e.g. inside a network namespace)
         self._host = host
         self._port = port
         self._ssl = ssl_context
@@ -169,6 +172,10 @@ class HttpServer:
         return int(sock.getsockname()[1])
 
     async def start(self) -> None:
+        if self._sock is not None:
+            self._server = await asyncio.start_server(
+                self._on_connection, sock=self._sock, ssl=self._ssl, limit=MAX_HEADER_BYTES)
+            return
         self._server = await asyncio.start_server(
             self._on_connection,
             self._host,

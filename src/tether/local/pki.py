@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALID_DAYS = 3650
+SERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local")
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,37 @@ def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def ensure_cluster_pki(directory: Path, cluster_name: str) -> ClusterPki:
-    """Create the cluster's CA, certificates and admin token once; later calls reuse them."""
+def ensure_cluster_pki(directory: Path, cluster_name: str, *, extra_ips: tuple[str, ...] = ()) -> ClusterPki:
+    """Create the cluster's CA, certificates and admin token once; later calls reuse them.
+
+    A serving certificate that lacks one of `extra_ips` (an address the API server is moved to)
+    is reissued by the same CA, so clients keep trusting it.
+    """
+    pki = _ensure_cluster_pki(directory, cluster_name)
+    if extra_ips and not _covers(pki.server_cert, extra_ips):
+        ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+        ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        server_cert, server_key = issue_leaf(
+            ca_cert, ca_key, common_name="kube-apiserver", server_names=SERVER_NAMES,
+            server_ips=("127.0.0.1", "::1", *extra_ips),
+        )
+        pki.server_cert.write_bytes(_pem(server_cert))
+        _write_key(pki.server_key, server_key)
+    return pki
+
+
+def _covers(cert_path: Path, ips: tuple[str, ...]) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    present = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+    return all(ip in present for ip in ips)
+
+
+def _ensure_cluster_pki(directory: Path, cluster_name: str) -> ClusterPki:
     directory.mkdir(parents=True, exist_ok=True)
     pki = ClusterPki(
         ca_cert=directory / "ca.crt",
@@ -131,8 +162,7 @@ def ensure_cluster_pki(directory: Path, cluster_name: str) -> ClusterPki:
         ca_cert,
         ca_key,
         common_name="kube-apiserver",
-        server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                      "kubernetes.default.svc.cluster.local"),
+        server_names=SERVER_NAMES,
         server_ips=("127.0.0.1", "::1"),
     )
     pki.server_cert.write_bytes(_pem(server_cert))

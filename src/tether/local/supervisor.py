@@ -107,11 +107,14 @@ def _alive(pid: int) -> bool:
 
 
 async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1,
-                netns: bool | None = None) -> None:
+                netns: bool | None = None, isolate_api: tuple[str, ...] = ()) -> None:
     """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve."""
+    unknown = set(isolate_api) - set(names)
+    if unknown:
+        raise LocalError(f"--isolate-api names no cluster being started: {', '.join(sorted(unknown))}")
     clusters = [
         LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep,
-                                   nodes=nodes, netns=netns))
+                                   nodes=nodes, netns=netns, isolate_api=n in isolate_api))
         for n in names
     ]
     try:
@@ -148,7 +151,8 @@ async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000,
 
 
 def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_keep: int = 50_000,
-                 netns: bool | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 netns: bool | None = None, progress: Callable[[str], None] | None = None,
+                 isolate_api: tuple[str, ...] = ()) -> dict[str, Any]:
     layout.root.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         layout.state.unlink()
@@ -158,6 +162,8 @@ def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_ke
         command += ["--name", name]
     if netns is not None:
         command.append("--netns" if netns else "--no-netns")
+    for name in isolate_api:
+        command += ["--isolate-api", name]
     with layout.log.open("ab") as log_file:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True

@@ -27,7 +27,7 @@ def build(cluster: LocalCluster) -> list[Component]:
     cluster.ops.admission.append(allocator)
     registry = ServiceRegistry(
         cluster.ops, cluster.network, allocator,
-        api_address=lambda: (cluster.config.host, cluster.port),
+        api_address=lambda: (cluster.api_host, cluster.port),
         wait_started=lambda: cluster.started.wait(),  # `started` exists once __init__ is done
     )
     return [
