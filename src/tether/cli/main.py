@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 
 from tether import __version__
-from tether.cli import clusters, hub, local
+from tether.cli import certs, clusters, fed, hub, local, status, tunnel
 
 app = typer.Typer(
     name="tether",
@@ -17,7 +17,11 @@ app = typer.Typer(
 )
 app.add_typer(local.app, name="local")
 app.add_typer(hub.app, name="hub")
+app.add_typer(tunnel.app, name="tunnel")
 clusters.register(app)  # join, unjoin, clusters
+certs.register(app)  # certs
+status.register(app)  # status
+fed.register(app)  # enable, disable, federate, get, describe
 
 
 @app.command()
@@ -31,7 +35,7 @@ def demo(
     data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Where the demo clusters keep state "
                                                   "[default: ~/.local/share/tether/demo]")] = None,
 ) -> None:
-    """Start local clusters and apply a sample app to each."""
+    """Start a hub and two member clusters, join them, and federate the seed's sample app."""
     from tether.app import demo as demo_app
     from tether.local import supervisor
 

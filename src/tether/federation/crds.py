@@ -517,12 +517,14 @@ def federated_crd(kind: str, plural: str, scope: str) -> Crd:
             "type": string(),
             "status": string(),
             "reason": string(),
+            "message": string(),
             "lastTransitionTime": string(format="date-time"),
             "lastUpdateTime": string(format="date-time"),
         }, required=("type", "status"))),
         "clusters": array(obj({
             "name": string(),
             "status": string(),
+            "message": string(),
             "remoteStatus": obj(preserve=True),
         }, required=("name",))),
     }, preserve=True)
@@ -565,6 +567,13 @@ def work_crd() -> Crd:
             "identifier": identifier,
             "status": obj(preserve=True),
             "health": string(enum=["Healthy", "Unhealthy", "Unknown"]),
+            "applied": boolean(),
+            "reason": string(),
+            "message": string(),
+            "generation": integer(format="int64", description="The member object's generation."),
+            "appliedAt": string(format="date-time"),
+            "latencySeconds": {"type": "number",
+                               "description": "Source change seen on the hub → applied."},
         }, required=("identifier",))),
     })
     return crd(

@@ -1,0 +1,454 @@
+"""The push-mode Work executor: applies each Work's manifests to its member cluster.
+
+For a Work in `tether-es-<cluster>` (skipped for Pull clusters, whose agent applies their Works,
+and for clusters being unjoined or gone — then only the Work's finalizer is released):
+1. a member client from the Cluster and its hub Secret (one `ClientPool` entry per cluster);
+2. the namespace named by `work.tether.io/ensure-namespace` is created when missing (Karmada
+   auto-propagates namespaces);
+3. per manifest, in dependency order: an existing object without `app.kubernetes.io/managed-by:
+   tether` is left alone under `conflictResolution: Abort` (condition Applied=False, reason
+   Conflict, naming the object); otherwise server-side apply as field manager `tether` with
+   force. Fields tether does not set are not owned and stay as the member has them (an HPA's
+   replicas when the template leaves them out); fields it sets are taken back on the next pass;
+4. Work status: the Applied condition (observedGeneration = the Work's generation) and per
+   manifest the member object's `status`, `generation`, `appliedAt` and `latencySeconds` (from
+   the Work's source-changed-at annotation). Member errors keep the member's message and are
+   retried with backoff.
+Deleting a Work (finalizer `tether.io/execution`) deletes its member objects in reverse apply
+order unless `preserveResourcesOnDeletion`.
+
+Status collection and drift: one informer per (cluster, kind) on objects labelled managed-by
+tether; any change enqueues the Work named by the object's `work.tether.io/name` annotation,
+whose next pass records the new status and re-applies when a field tether sets has drifted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.engine import Engine, RequeueAfter
+from tether.kube import (
+    ClientPool,
+    Conflict,
+    Informer,
+    KubeClient,
+    KubeError,
+    NotFound,
+    ObjectKey,
+    Unreachable,
+    WatchEvent,
+)
+
+from . import works as W
+from ._util import items, mapping, nested, thaw
+from .crds import WORK_API_VERSION, execution_namespace
+from .health import HUB_NAMESPACE, member_credentials, rfc3339
+from .metrics import HubMetrics
+from .model import FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from .ordering import delete_order, tier
+from .propagation import HubInformers, unjoining
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+STATUS_MANAGER = "tether-execution"
+MEMBER_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+class _ClusterUnreachable(Exception):
+    pass
+
+
+@dataclass
+class _Member:
+    fingerprint: tuple[str, str]  # (apiEndpoint, secret resourceVersion)
+    client: KubeClient
+    informers: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
+        default_factory=dict)
+
+
+@dataclass
+class _Outcome:
+    entry: Obj
+    error_reason: str = ""
+    error_message: str = ""
+
+
+def identifier(manifest: Obj, ordinal: int) -> Obj:
+    api_version = str(manifest.get("apiVersion", ""))
+    group, _, version = api_version.rpartition("/")
+    meta = mapping(manifest.get("metadata"))
+    out: Obj = {"ordinal": ordinal, "group": group, "version": version,
+                "kind": str(manifest.get("kind", "")), "name": str(meta.get("name", ""))}
+    if meta.get("namespace"):
+        out["namespace"] = str(meta["namespace"])
+    return out
+
+
+def _ref(manifest: Obj) -> str:
+    meta = mapping(manifest.get("metadata"))
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{manifest.get('kind')} {where}{meta.get('name')}"
+
+
+def _error_outcome(manifest: Obj, exc: KubeError) -> tuple[str, str]:
+    what = _ref(manifest)
+    if isinstance(exc, Unreachable):
+        return "ClusterUnreachable", exc.message
+    if exc.code == 404 and "namespaces" in exc.message:
+        return "NamespaceNotFound", f"{what}: {exc.message}"
+    if exc.code == 404:
+        return "NoSuchResource", f"{what}: {exc.message}"
+    if exc.code == 422:
+        return "Invalid", f"{what}: {exc.message}"
+    return "ApplyFailed", f"{what}: {exc.message}"
+
+
+@dataclass
+class WorkExecutor:
+    host: KubeClient
+    shared: HubInformers
+    metrics: HubMetrics
+    workers: int = 8
+    namespace: str = HUB_NAMESPACE
+    resync_s: float = 60.0
+    name: str = "work-executor"
+    engine: Engine[ObjectKey] = field(init=False)
+    clusters_engine: Engine[str] = field(init=False)
+    pool: ClientPool = field(default_factory=ClientPool)
+    _members: dict[str, _Member] = field(default_factory=dict)
+    _failures: dict[ObjectKey, int] = field(default_factory=dict)
+    _group: asyncio.TaskGroup | None = None
+
+    def __post_init__(self) -> None:
+        self.engine = Engine(self.name, self._counted, workers=self.workers)
+        self.clusters_engine = Engine("executor-clusters", self._reconcile_cluster)
+        self.shared.work_handlers.append(lambda e: self.engine.enqueue(e.key))
+        self.shared.cluster_handlers.append(lambda e: self.clusters_engine.enqueue(e.key.name))
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                group.create_task(self.engine.run())
+                group.create_task(self.clusters_engine.run())
+                group.create_task(self._resync())
+        finally:
+            self._group = None
+            for member in self._members.values():
+                for _, task in member.informers.values():
+                    task.cancel()
+            self._members.clear()
+            await self.pool.aclose()
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_s)
+            for key in self.shared.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+                self.engine.enqueue(key)
+
+    async def _counted(self, key: ObjectKey) -> None:
+        try:
+            await self.reconcile(key)
+        except RequeueAfter:
+            self.metrics.reconciled(self.name, failed=True)
+            raise
+        except Exception:
+            self.metrics.reconciled(self.name, failed=True)
+            raise
+        self.metrics.reconciled(self.name)
+
+    # members -----------------------------------------------------------------------------
+
+    async def _reconcile_cluster(self, name: str) -> None:
+        """A Cluster changed: drop its client and informers when it goes or is being unjoined,
+        and give its Works another pass (readiness, credentials may have changed)."""
+        cluster = self.shared.clusters.get(None, name)
+        if unjoining(cluster) or nested(cluster, "spec", "syncMode") == "Pull":
+            await self._forget(name)
+        prefix = execution_namespace(name)
+        for key in self.shared.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+            if key.namespace == prefix:
+                self.engine.enqueue(key)
+
+    async def _forget(self, name: str) -> None:
+        member = self._members.pop(name, None)
+        if member is None:
+            return
+        tasks = [task for _, task in member.informers.values()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+        await self.pool.remove(name)
+
+    async def _member(self, cluster: Obj) -> _Member:
+        name = str(nested(cluster, "metadata", "name"))
+        spec = mapping(cluster.get("spec"))
+        ref = mapping(spec.get("secretRef"))
+        try:
+            secret = await self.host.get("v1", "Secret", str(ref.get("name") or name),
+                                         str(ref.get("namespace") or self.namespace))
+        except KubeError as exc:
+            raise _ClusterUnreachable(
+                f"cannot read the credentials Secret of cluster {name!r}: {exc.message}") from None
+        fingerprint = (str(spec.get("apiEndpoint", "")),
+                       str(nested(secret, "metadata", "resourceVersion")))
+        member = self._members.get(name)
+        if member is not None and member.fingerprint == fingerprint:
+            return member
+        if member is not None:
+            await self._forget(name)
+        client = await self.pool.set(name, member_credentials(cluster, secret))
+        member = _Member(fingerprint, client)
+        self._members[name] = member
+        return member
+
+    def _watch_kind(self, cluster: str, member: _Member, api_version: str, kind: str) -> Informer:
+        entry = member.informers.get((api_version, kind))
+        if entry is not None:
+            return entry[0]
+        informer = Informer(member.client, api_version, kind, label_selector=MEMBER_SELECTOR,
+                            on_event=lambda e: self._on_member(cluster, e))
+        assert self._group is not None
+        member.informers[(api_version, kind)] = (informer, self._group.create_task(informer.run()))
+        return informer
+
+    def _on_member(self, cluster: str, event: WatchEvent) -> None:
+        ref = str(nested(event.object, "metadata", "annotations", W.WORK_NAME_ANNOTATION) or "")
+        namespace, _, name = ref.partition("/")
+        if name and namespace == execution_namespace(cluster):
+            self.engine.enqueue(ObjectKey(namespace, name))
+
+    # works -------------------------------------------------------------------------------
+
+    async def reconcile(self, key: ObjectKey) -> None:
+        work = self.shared.works.get(key.namespace, key.name)
+        if work is None:
+            self._failures.pop(key, None)
+            return
+        cluster_name = W.work_cluster(work)
+        cluster = self.shared.clusters.get(None, cluster_name)
+        deleting = bool(nested(work, "metadata", "deletionTimestamp"))
+        if unjoining(cluster):
+            if deleting:  # the cluster is leaving: unjoin cleans (or keeps) member objects
+                await self._set_finalizer(work, False)
+            return
+        assert cluster is not None
+        if nested(cluster, "spec", "syncMode") == "Pull":
+            return  # the cluster's agent applies its Works
+        try:
+            member = await self._member(cluster)
+            if deleting:
+                await self._delete_member_objects(work, member.client)
+                await self._set_finalizer(work, False)
+                return
+            await self._set_finalizer(work, True)
+            outcomes = await self._apply(work, cluster_name, member)
+        except _ClusterUnreachable as exc:
+            outcomes = [_Outcome({}, "ClusterUnreachable", str(exc))]
+        except Unreachable as exc:
+            outcomes = [_Outcome({}, "ClusterUnreachable", exc.message)]
+        await self._write_status(work, outcomes)
+        if any(o.error_reason for o in outcomes):
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            raise RequeueAfter(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (failures - 1)))
+        self._failures.pop(key, None)
+
+    async def _set_finalizer(self, work: Obj, present: bool) -> None:
+        finalizers = [str(f) for f in items(nested(work, "metadata", "finalizers"))]
+        if (W.EXECUTION_FINALIZER in finalizers) == present:
+            return
+        finalizers = ([*finalizers, W.EXECUTION_FINALIZER] if present
+                      else [f for f in finalizers if f != W.EXECUTION_FINALIZER])
+        meta = mapping(work.get("metadata"))
+        try:
+            await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
+                                  {"metadata": {"finalizers": finalizers,
+                                                "resourceVersion": meta.get("resourceVersion")}},
+                                  namespace=str(meta.get("namespace")),
+                                  field_manager=STATUS_MANAGER)
+        except Conflict:
+            raise RequeueAfter(0.1) from None  # a newer Work is on its way through the informer
+        except KubeError as exc:
+            if exc.code != 404:
+                raise
+
+    async def _delete_member_objects(self, work: Obj, client: KubeClient) -> None:
+        if nested(work, "spec", "preserveResourcesOnDeletion") is True:
+            return
+        manifests = [mapping(m) for m in items(nested(work, "spec", "workload", "manifests"))]
+        for manifest in delete_order([dict(m) for m in manifests]):
+            meta = mapping(manifest.get("metadata"))
+            try:
+                current = await client.get(str(manifest["apiVersion"]), str(manifest["kind"]),
+                                           str(meta.get("name")), str(meta.get("namespace") or "")
+                                           or None)
+                labels = mapping(nested(current, "metadata", "labels"))
+                if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+                    continue  # not ours (a conflict we never took over)
+                await client.delete(str(manifest["apiVersion"]), str(manifest["kind"]),
+                                    str(meta.get("name")), str(meta.get("namespace") or "") or None)
+            except NotFound:
+                continue
+            except KubeError as exc:
+                if exc.code != 404:
+                    raise
+
+    async def _ensure_namespace(self, client: KubeClient, namespace: str) -> None:
+        try:
+            await client.get("v1", "Namespace", namespace)
+        except NotFound:
+            try:
+                await client.create({"apiVersion": "v1", "kind": "Namespace",
+                                     "metadata": {"name": namespace,
+                                                  "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}}},
+                                    field_manager=FIELD_MANAGER)
+            except KubeError as exc:
+                if exc.code != 409:
+                    raise
+
+    async def _apply(self, work: Obj, cluster: str, member: _Member) -> list[_Outcome]:
+        client = member.client
+        spec = mapping(work.get("spec"))
+        annotations = mapping(nested(work, "metadata", "annotations"))
+        ensure = str(annotations.get(W.ENSURE_NAMESPACE_ANNOTATION) or "")
+        if ensure:
+            await self._ensure_namespace(client, ensure)
+        abort = spec.get("conflictResolution", "Abort") != "Overwrite"
+        gen = W.generation(work)
+        applied_cond = W.condition(work, W.APPLIED)
+        caught_up = (applied_cond is not None and applied_cond.get("status") == "True"
+                     and applied_cond.get("observedGeneration") == gen)
+        previous = {int(mapping(mapping(e).get("identifier")).get("ordinal", -1)): mapping(e)
+                    for e in items(nested(work, "status", "manifestStatuses"))}
+        changed_at = _float(annotations.get(W.CHANGED_AT_ANNOTATION))
+        manifests = [thaw(m) for m in items(nested(spec, "workload", "manifests"))]
+        order = sorted(range(len(manifests)), key=lambda i: tier(str(manifests[i].get("kind"))))
+        outcomes: dict[int, _Outcome] = {}
+        for ordinal in order:
+            manifest = manifests[ordinal]
+            prev = previous.get(ordinal)
+            outcome = await self._apply_one(cluster, member, manifest, ordinal, abort=abort,
+                                            caught_up=caught_up and bool(prev and prev.get(
+                                                "applied")),
+                                            prev=prev, changed_at=changed_at,
+                                            dialect=str(nested(work, "metadata", "labels",
+                                                               W.DIALECT_LABEL) or ""))
+            outcomes[ordinal] = outcome
+            if outcome.error_reason == "ClusterUnreachable":
+                break
+        del client
+        return [outcomes[i] for i in sorted(outcomes)]
+
+    async def _apply_one(self, cluster: str, member: _Member, manifest: Obj, ordinal: int, *,
+                         abort: bool, caught_up: bool, prev: Any, changed_at: float | None,
+                         dialect: str) -> _Outcome:
+        client = member.client
+        api_version, kind = str(manifest.get("apiVersion")), str(manifest.get("kind"))
+        meta = mapping(manifest.get("metadata"))
+        name, namespace = str(meta.get("name")), str(meta.get("namespace") or "") or None
+        entry: Obj = {"identifier": identifier(manifest, ordinal), "applied": False}
+        try:
+            try:
+                await client.resource(api_version, kind)
+            except NotFound:
+                message = (f"the server doesn't have a resource type {kind!r} in {api_version} "
+                           f"(install its CRD in cluster {cluster!r})")
+                entry.update(reason="NoSuchResource", message=message)
+                return _Outcome(entry, "NoSuchResource", f"{_ref(manifest)}: {message}")
+            informer = self._watch_kind(cluster, member, api_version, kind)
+            current = informer.get(namespace, name) if informer.synced else None
+            if current is None:
+                try:
+                    current = await client.get(api_version, kind, name, namespace)
+                except NotFound:
+                    current = None
+            labels = mapping(nested(current, "metadata", "labels"))
+            if current is not None and labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE and abort:
+                message = (f"{_ref(manifest)} already exists in cluster {cluster!r} and was not "
+                           "created by tether; set conflictResolution: Overwrite to take it over")
+                entry.update(reason="Conflict", message=message)
+                return _Outcome(entry, "Conflict", message)
+            fresh = not (caught_up and current is not None and W.is_subset(manifest, current))
+            if fresh:
+                current = await client.apply(manifest, field_manager=FIELD_MANAGER, force=True)
+        except KubeError as exc:
+            reason, message = _error_outcome(manifest, exc)
+            entry.update(reason=reason, message=message)
+            return _Outcome(entry, reason, message)
+        entry["applied"] = True
+        if isinstance(mapping(current).get("status"), dict):
+            entry["status"] = thaw(mapping(current)["status"])
+        member_gen = nested(current, "metadata", "generation")
+        if isinstance(member_gen, int):
+            entry["generation"] = member_gen
+        prev_map = mapping(prev)
+        if fresh and not caught_up:
+            now = time.time()
+            entry["appliedAt"] = rfc3339(now)
+            if changed_at is not None:
+                latency = round(max(0.0, now - changed_at), 3)
+                entry["latencySeconds"] = latency
+                self.metrics.observe_latency(dialect or "unknown", latency)
+        else:
+            for stamp_key in ("appliedAt", "latencySeconds"):
+                if stamp_key in prev_map:
+                    entry[stamp_key] = prev_map[stamp_key]
+            if fresh:
+                entry["appliedAt"] = rfc3339(time.time())
+        return _Outcome(entry)
+
+    async def _write_status(self, work: Obj, outcomes: list[_Outcome]) -> None:
+        errors = [o for o in outcomes if o.error_reason]
+        gen = W.generation(work)
+        if errors:
+            cond: Obj = {"type": W.APPLIED, "status": "False", "reason": errors[0].error_reason,
+                         "message": "; ".join(o.error_message for o in errors)}
+        else:
+            cond = {"type": W.APPLIED, "status": "True", "reason": "AppliedSuccessful",
+                    "message": "Manifest has been successfully applied"}
+        cond["observedGeneration"] = gen
+        old = W.condition(work, W.APPLIED)
+        cond["lastTransitionTime"] = (
+            str(old["lastTransitionTime"])
+            if old is not None and old.get("status") == cond["status"]
+            and old.get("lastTransitionTime") else rfc3339(time.time()))
+        entries = [o.entry for o in outcomes if o.entry]
+        if not entries:  # nothing reached the member: keep what we knew
+            entries = [thaw(e) for e in items(nested(work, "status", "manifestStatuses"))]
+        status = {"conditions": [cond], "manifestStatuses": entries}
+        current = mapping(work.get("status"))
+        if W.strip_volatile(dict(current)) == W.strip_volatile(status):
+            return
+        meta = mapping(work.get("metadata"))
+        try:
+            await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
+                                  {"status": status}, namespace=str(meta.get("namespace")),
+                                  subresource="status", field_manager=STATUS_MANAGER)
+        except KubeError as exc:
+            if exc.code != 404:
+                raise
+        if not errors and any(o.entry.get("identifier", {}).get("kind") in (
+                "Namespace", "CustomResourceDefinition") for o in outcomes):
+            # what lives in it may have been waiting: give the cluster's other Works a pass
+            for key in self.shared.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+                if key.namespace == meta.get("namespace") and key.name != meta.get("name"):
+                    self.engine.enqueue(key)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+__all__ = ["WorkExecutor"]

@@ -1,0 +1,722 @@
+"""The hub's sync controllers: KubeFed's Federated<Kind> and Karmada's templates + policies.
+
+Both follow observe → plan → apply on the one `Engine`:
+- observe: informer caches on the host (Clusters and Works shared, `HubInformers`; the dialect's
+  own objects per controller, informers started and stopped as types come and go);
+- plan: the pure compilers (`compile_federated`, `compile_template`) and `works.desired_works`;
+- apply: server-side apply of one Work per target cluster (stable names, so a restarted hub
+  updates what it wrote), deletion of Works for clusters that left the placement, a finalizer on
+  the source so deleting it removes the member objects first, and the source's status.
+
+KubeFed: `status` of the Federated object via `kubefed_status` (the Propagation condition with
+KubeFed's reasons, `clusters[]` with `remoteStatus`), plus a `message` per failed cluster.
+Namespaced Federated objects need their FederatedNamespace (NamespaceNotFederated otherwise) and
+only go to clusters the namespace is placed in.
+
+Karmada: status aggregated from the members onto the template's `.status` (status subresource),
+unless another controller already owns the template's status (a host that runs its own workload
+controllers): then only the annotation `tether.io/propagation-status` is written, which always
+carries the `Propagated` condition (naming every failed cluster and why), the per-cluster result
+and the aggregated status. Namespaced templates get their namespace created in members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from tether.engine import Engine, RequeueAfter
+from tether.kube import (
+    Conflict,
+    Informer,
+    KubeClient,
+    KubeError,
+    ObjectKey,
+    WatchEvent,
+    object_key,
+)
+
+from . import works as W
+from ._util import items, mapping, nested, thaw
+from .aggregation import aggregate_status
+from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
+from .health import rfc3339
+from .karmada import compile_template, match_policy
+from .kubefed import ClusterResult, compile_federated, kubefed_status
+from .metadata import stamp, strip_server_fields
+from .metrics import HubMetrics
+from .model import ClusterFailure, ClusterInfo, PropagationPlan, ResourceRef, Taint
+from .placement import kubefed_placement
+from .registry import UNJOIN_ANNOTATION
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+FIELD_MANAGER = "tether-propagation"
+STATUS_ANNOTATION = "tether.io/propagation-status"
+PROPAGATED = "Propagated"
+RESYNC_S = 60.0
+SKIPPED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+K = TypeVar("K")
+
+
+# shared informers ------------------------------------------------------------------------------
+
+
+@dataclass
+class HubInformers:
+    """Informers on the host that every controller reads: Clusters and Works (with an index of
+    Works by source). Controllers add handlers before `run()`."""
+
+    host: KubeClient
+    cluster_handlers: list[Callable[[WatchEvent], None]] = field(default_factory=list)
+    work_handlers: list[Callable[[WatchEvent], None]] = field(default_factory=list)
+    clusters: Informer = field(init=False)
+    works: Informer = field(init=False)
+    _by_source: dict[str, set[ObjectKey]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.clusters = Informer(self.host, CLUSTER_API_VERSION, "Cluster",
+                                 on_event=self._on_cluster)
+        self.works = Informer(self.host, WORK_API_VERSION, "Work", label_selector=W.WORK_SELECTOR,
+                              on_event=self._on_work)
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.clusters.run())
+            group.create_task(self.works.run())
+
+    @property
+    def synced(self) -> bool:
+        return self.clusters.synced and self.works.synced
+
+    def _on_cluster(self, event: WatchEvent) -> None:
+        for handler in self.cluster_handlers:
+            handler(event)
+
+    def _on_work(self, event: WatchEvent) -> None:
+        source = str(nested(event.object, "metadata", "labels", W.SOURCE_HASH_LABEL) or "")
+        if source:
+            keys = self._by_source.setdefault(source, set())
+            if event.type == "DELETED":
+                keys.discard(event.key)
+                if not keys:
+                    self._by_source.pop(source, None)
+            else:
+                keys.add(event.key)
+        for handler in self.work_handlers:
+            handler(event)
+
+    def works_of(self, ref: ResourceRef) -> list[Obj]:
+        keys = self._by_source.get(W.short_hash(W.source_key(ref), 16), set())
+        found = [self.works.get(k.namespace, k.name) for k in sorted(keys)]
+        return [w for w in found if w is not None and _same_source(w, ref)]
+
+    def cluster_infos(self) -> list[ClusterInfo]:
+        """Registered clusters that can take work (not being unjoined or deleted)."""
+        return [info for c in self.clusters.list() if (info := cluster_info(c)) is not None]
+
+
+def _same_source(work: Obj, ref: ResourceRef) -> bool:
+    found = W.work_source(work)
+    return found is not None and found[1] == ref
+
+
+def cluster_info(cluster: Obj) -> ClusterInfo | None:
+    meta = mapping(cluster.get("metadata"))
+    if meta.get("deletionTimestamp") or mapping(meta.get("annotations")).get(UNJOIN_ANNOTATION):
+        return None
+    spec = mapping(cluster.get("spec"))
+    ready = any(mapping(c).get("type") == "Ready" and mapping(c).get("status") == "True"
+                for c in items(nested(cluster, "status", "conditions")))
+    taints = tuple(
+        Taint(str(mapping(t).get("key", "")), str(mapping(t).get("effect", "")),
+              str(mapping(t).get("value", "")))
+        for t in items(spec.get("taints"))
+    )
+    return ClusterInfo(
+        name=str(meta.get("name", "")),
+        labels={str(k): str(v) for k, v in mapping(meta.get("labels")).items()},
+        provider=str(spec.get("provider") or ""),
+        region=str(spec.get("region") or ""),
+        zones=tuple(str(z) for z in items(spec.get("zones"))),
+        taints=taints,
+        ready=ready,
+    )
+
+
+def unjoining(cluster: Obj | None) -> bool:
+    meta = mapping(mapping(cluster).get("metadata"))
+    return cluster is None or bool(meta.get("deletionTimestamp")) or bool(
+        mapping(meta.get("annotations")).get(UNJOIN_ANNOTATION))
+
+
+# shared apply steps ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Base(Generic[K]):
+    """What both sync controllers share: Work writes, finalizers, counting, resync."""
+
+    host: KubeClient
+    shared: HubInformers
+    metrics: HubMetrics
+    name: str
+    resync_s: float = RESYNC_S
+    workers: int = 4
+    engine: Engine[K] = field(init=False)
+    _group: asyncio.TaskGroup | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.engine = Engine(self.name, self._counted, workers=self.workers)
+
+    async def _counted(self, key: K) -> None:
+        try:
+            await self.reconcile(key)
+        except RequeueAfter:
+            self.metrics.reconciled(self.name)
+            raise
+        except Exception:
+            self.metrics.reconciled(self.name, failed=True)
+            raise
+        self.metrics.reconciled(self.name)
+
+    async def reconcile(self, key: K) -> None:
+        raise NotImplementedError
+
+    def all_keys(self) -> Iterable[K]:
+        raise NotImplementedError
+
+    def enqueue_all(self) -> None:
+        for key in self.all_keys():
+            self.engine.enqueue(key)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_s)
+            self.enqueue_all()
+
+    def _start(self, informer: Informer) -> asyncio.Task[None]:
+        assert self._group is not None, "controller not running"
+        return self._group.create_task(informer.run())
+
+    # writes ------------------------------------------------------------------------------
+
+    async def write_works(self, desired: list[W.DesiredWork], existing: list[Obj],
+                          plan: PropagationPlan) -> None:
+        """Apply the desired Works, delete the others — except where the cluster failed only on
+        its overrides: a typo in an override must not take the object down, so that cluster
+        keeps its last good Work (and the failure is reported)."""
+        keep = {f.cluster for f in plan.failures if f.reason == "ApplyOverridesFailed"}
+        wanted = {(d.namespace, d.name) for d in desired}
+        for work in desired:
+            current = self.shared.works.get(work.namespace, work.name)
+            if W.work_up_to_date(current, work):
+                continue
+            body = thaw(work.body)
+            changed_at = nested(current, "metadata", "annotations", W.CHANGED_AT_ANNOTATION)
+            if current is None or current.get("spec") != work.body["spec"] or not changed_at:
+                changed_at = f"{time.time():.3f}"
+            body["metadata"]["annotations"][W.CHANGED_AT_ANNOTATION] = str(changed_at)
+            await self.host.apply(body, field_manager=FIELD_MANAGER, force=True)
+        for old in existing:
+            key = object_key(old)
+            if (key.namespace, key.name) not in wanted and W.work_cluster(old) not in keep:
+                await self.delete_work(old)
+
+    async def delete_work(self, work: Obj, *, preserve: bool | None = None) -> None:
+        meta = mapping(work.get("metadata"))
+        name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        if meta.get("deletionTimestamp"):
+            return
+        try:
+            if preserve is not None and bool(nested(work, "spec", "preserveResourcesOnDeletion")) \
+                    != preserve:
+                await self.host.patch(WORK_API_VERSION, "Work", name,
+                                      {"spec": {"preserveResourcesOnDeletion": preserve}},
+                                      namespace=namespace, field_manager=FIELD_MANAGER)
+            await self.host.delete(WORK_API_VERSION, "Work", name, namespace)
+        except KubeError as exc:
+            if exc.code != 404:
+                raise
+
+    async def set_finalizer(self, obj: Obj, api_version: str, present: bool) -> None:
+        meta = mapping(obj.get("metadata"))
+        finalizers = [str(f) for f in items(meta.get("finalizers"))]
+        if (W.PROPAGATION_FINALIZER in finalizers) == present:
+            return
+        if present:
+            finalizers.append(W.PROPAGATION_FINALIZER)
+        else:
+            finalizers = [f for f in finalizers if f != W.PROPAGATION_FINALIZER]
+        patch = {"metadata": {"finalizers": finalizers,
+                              "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            await self.host.patch(api_version, str(obj.get("kind")), str(meta.get("name")), patch,
+                                  namespace=str(meta.get("namespace") or "") or None,
+                                  field_manager=FIELD_MANAGER)
+        except Conflict:
+            raise RequeueAfter(0.1) from None  # a newer version is on its way through the informer
+        except KubeError as exc:
+            if exc.code != 404:
+                raise
+
+    async def finalize(self, obj: Obj, api_version: str, existing: list[Obj],
+                       preserve: bool | None) -> None:
+        """Deleting the source: delete its Works (member objects go unless preserved), then
+        let the source go once every Work is gone."""
+        for work in existing:
+            await self.delete_work(work, preserve=preserve)
+        if existing:
+            raise RequeueAfter(1.0)  # Work DELETED events enqueue us sooner
+        await self.set_finalizer(obj, api_version, False)
+
+
+def results_for(plan: PropagationPlan, existing: list[Obj], target: ResourceRef,
+                *, kubefed: bool) -> dict[str, ClusterResult]:
+    by_cluster = {W.work_cluster(w): w for w in existing}
+    out: dict[str, ClusterResult] = {}
+    for item in plan.works:
+        result = W.cluster_result(by_cluster.get(item.cluster), target, kubefed=kubefed)
+        if result is not None:
+            out[item.cluster] = result
+    return out
+
+
+def _keep_times(new: list[Obj], old: Any) -> list[Obj]:
+    """Keep lastTransitionTime of conditions whose status did not change."""
+    before = {str(mapping(c).get("type")): mapping(c) for c in items(old)}
+    for cond in new:
+        prev = before.get(str(cond.get("type")))
+        if prev is not None and prev.get("status") == cond.get("status"):
+            for stamp_key in ("lastTransitionTime",):
+                if prev.get(stamp_key):
+                    cond[stamp_key] = prev[stamp_key]
+    return new
+
+
+# KubeFed --------------------------------------------------------------------------------------
+
+FedKey = tuple[str, str, str]  # (Federated kind, namespace, name)
+
+
+@dataclass
+class _FedType:
+    ftc_name: str
+    api_version: str  # of the Federated kind
+    target_api_version: str
+    target_kind: str
+    target_scope: str
+    informer: Informer
+    task: asyncio.Task[None]
+
+
+@dataclass
+class KubeFedController(_Base[FedKey]):
+    name: str = "kubefed-sync"
+    types: dict[str, _FedType] = field(default_factory=dict)
+    ftcs: Informer = field(init=False)
+    rsps: Informer = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.ftcs = Informer(self.host, f"{KUBEFED_CORE_GROUP}/v1beta1", "FederatedTypeConfig",
+                             on_event=lambda _e: self._sync_types())
+        self.rsps = Informer(self.host, "scheduling.kubefed.io/v1alpha1",
+                             "ReplicaSchedulingPreference", on_event=self._on_rsp)
+        self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
+        self.shared.work_handlers.append(self._on_work)
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                group.create_task(self.ftcs.run())
+                group.create_task(self.rsps.run())
+                group.create_task(self.engine.run())
+                group.create_task(self._resync())
+        finally:
+            self._group = None
+
+    @property
+    def synced(self) -> bool:
+        # Per-type informers are left out: an FTC naming a type without a CRD must not keep the
+        # whole hub unready (that type's objects simply wait).
+        return self.ftcs.synced and self.rsps.synced
+
+    def all_keys(self) -> Iterable[FedKey]:
+        for kind, fed_type in list(self.types.items()):
+            for key in fed_type.informer.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+                yield (kind, key.namespace, key.name)
+
+    def _sync_types(self) -> None:
+        wanted: dict[str, Obj] = {}
+        for ftc in self.ftcs.list():
+            spec = mapping(ftc.get("spec"))
+            fed = mapping(spec.get("federatedType"))
+            if spec.get("propagation", "Enabled") == "Enabled" and fed.get("kind"):
+                wanted[str(fed["kind"])] = ftc
+        for kind in [k for k in self.types if k not in wanted]:
+            self.types.pop(kind).task.cancel()
+        for kind, ftc in wanted.items():
+            spec = mapping(ftc.get("spec"))
+            fed, target = mapping(spec.get("federatedType")), mapping(spec.get("targetType"))
+            fed_av = f"{fed.get('group') or 'types.kubefed.io'}/{fed.get('version') or 'v1beta1'}"
+            group, version = str(target.get("group") or ""), str(target.get("version") or "v1")
+            target_av = f"{group}/{version}" if group else version
+            current = self.types.get(kind)
+            if current is not None and (current.api_version, current.target_api_version) == (
+                    fed_av, target_av):
+                continue
+            if current is not None:
+                current.task.cancel()
+            informer = Informer(self.host, fed_av, kind,
+                                on_event=functools.partial(self._on_federated, kind))
+            self.types[kind] = _FedType(
+                str(nested(ftc, "metadata", "name")), fed_av, target_av,
+                str(target.get("kind") or ""), str(target.get("scope") or "Namespaced"),
+                informer, self._start(informer))
+
+    def _on_federated(self, kind: str, event: WatchEvent) -> None:
+        self.engine.enqueue((kind, event.key.namespace, event.key.name))
+        if kind == "FederatedNamespace":  # the namespace's placement bounds its contents
+            namespace = event.key.name
+            for other, fed_type in list(self.types.items()):
+                for key in fed_type.informer.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+                    if key.namespace == namespace and other != kind:
+                        self.engine.enqueue((other, key.namespace, key.name))
+
+    def _on_rsp(self, event: WatchEvent) -> None:
+        target = str(nested(event.object, "spec", "targetKind") or "FederatedDeployment")
+        self.engine.enqueue((target, event.key.namespace, event.key.name))
+
+    def _on_work(self, event: WatchEvent) -> None:
+        found = W.work_source(event.object)
+        if found is not None and found[0] == "kubefed":
+            ref = found[1]
+            self.engine.enqueue((ref.kind, ref.namespace, ref.name))
+
+    async def reconcile(self, key: FedKey) -> None:
+        kind, namespace, name = key
+        fed_type = self.types.get(kind)
+        if fed_type is None:
+            return
+        fed = fed_type.informer.get(namespace, name)
+        ref = ResourceRef(fed_type.api_version, kind, namespace, name)
+        existing = self.shared.works_of(ref)
+        if fed is None:
+            for work in existing:
+                await self.delete_work(work)
+            return
+        if nested(fed, "metadata", "deletionTimestamp"):
+            orphan = nested(fed, "metadata", "annotations", "kubefed.io/orphan") == "true"
+            await self.finalize(fed, fed_type.api_version, existing, orphan)
+            return
+        await self.set_finalizer(fed, fed_type.api_version, True)
+        clusters = self.shared.cluster_infos()
+        rsp = self.rsps.get(namespace, name) if fed_type.target_kind in ("Deployment",
+                                                                          "ReplicaSet") else None
+        plan = compile_federated(fed, target_api_version=fed_type.target_api_version,
+                                 target_kind=fed_type.target_kind, clusters=clusters, rsp=rsp)
+        plan = replace(plan, source=ref)
+        if fed_type.target_scope == "Namespaced" and kind != "FederatedNamespace":
+            plan = self._within_namespace(plan, fed, clusters)
+        desired = W.desired_works(plan)
+        await self.write_works(desired, existing, plan)
+        target = ResourceRef(fed_type.target_api_version, fed_type.target_kind,
+                             "" if fed_type.target_kind == "Namespace" else namespace, name)
+        results = results_for(plan, self.shared.works_of(ref), target, kubefed=True)
+        await self._write_status(fed, fed_type, plan, results)
+
+    def _within_namespace(self, plan: PropagationPlan, fed: Obj,
+                          clusters: list[ClusterInfo]) -> PropagationPlan:
+        namespace = plan.source.namespace
+        fns_type = self.types.get("FederatedNamespace")
+        fns = fns_type.informer.get(namespace, namespace) if fns_type is not None else None
+        if fns is None or nested(fns, "metadata", "deletionTimestamp"):
+            return replace(plan, works=(), failures=(), error_reason="NamespaceNotFederated",
+                           error_message=f"namespace {namespace!r} is not federated: create the "
+                           f"FederatedNamespace {namespace}/{namespace} first")
+        allowed = set(kubefed_placement(nested(fns, "spec", "placement"), clusters).selected)
+        named = {str(mapping(c).get("name")) for c in items(nested(fed, "spec", "placement",
+                                                                    "clusters"))}
+        failures = list(plan.failures)
+        for item in plan.works:
+            if item.cluster not in allowed and item.cluster in named:
+                failures.append(ClusterFailure(
+                    item.cluster, "NamespaceNotFederated",
+                    f"namespace {namespace!r} is not placed in cluster {item.cluster!r} "
+                    "(see its FederatedNamespace's placement)"))
+        return replace(plan, works=tuple(w for w in plan.works if w.cluster in allowed),
+                       failures=tuple(sorted(failures, key=lambda f: f.cluster)))
+
+    async def _write_status(self, fed: Obj, fed_type: _FedType, plan: PropagationPlan,
+                            results: Mapping[str, ClusterResult]) -> None:
+        now = rfc3339(time.time())
+        status = kubefed_status(plan, results, generation=W.generation(fed), now=now)
+        messages = {f.cluster: f.message for f in plan.failures}
+        messages.update({c: r.message for c, r in results.items() if not r.applied and r.message})
+        failed = []
+        for entry in status["clusters"]:
+            if "status" in entry:
+                failed.append(f"{entry['name']}: {entry['status']}")
+                if messages.get(entry["name"]):
+                    entry["message"] = messages[entry["name"]]
+                    failed[-1] += f" ({messages[entry['name']]})"
+        cond = status["conditions"][0]
+        if failed and "message" not in cond:
+            cond["message"] = "; ".join(failed)
+        status["conditions"] = _keep_times(status["conditions"], nested(fed, "status",
+                                                                         "conditions"))
+        current = mapping(fed.get("status"))
+        if W.strip_volatile(dict(current)) == W.strip_volatile(status):
+            return
+        meta = mapping(fed.get("metadata"))
+        body = {"apiVersion": fed_type.api_version, "kind": fed.get("kind"),
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+                "status": status}
+        try:
+            await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+        except KubeError as exc:
+            if exc.code != 404:
+                raise
+
+
+# Karmada --------------------------------------------------------------------------------------
+
+TemplateKey = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
+POLICY_API_VERSION = f"{KARMADA_POLICY_GROUP}/v1alpha1"
+
+
+@dataclass
+class KarmadaController(_Base[TemplateKey]):
+    name: str = "karmada-sync"
+    templates: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
+        default_factory=dict)
+    policies: dict[str, Informer] = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.policies = {
+            kind: Informer(self.host, POLICY_API_VERSION, kind, on_event=self._on_policy)
+            for kind in ("PropagationPolicy", "ClusterPropagationPolicy", "OverridePolicy",
+                         "ClusterOverridePolicy")
+        }
+        self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
+        self.shared.work_handlers.append(self._on_work)
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                for informer in self.policies.values():
+                    group.create_task(informer.run())
+                group.create_task(self.engine.run())
+                group.create_task(self._resync())
+        finally:
+            self._group = None
+
+    @property
+    def synced(self) -> bool:
+        # Template informers are left out, as for KubeFed's types: a selector naming a kind the
+        # host does not serve must not keep the whole hub unready.
+        return all(i.synced for i in self.policies.values())
+
+    def all_keys(self) -> Iterable[TemplateKey]:
+        for (api_version, kind), (informer, _) in list(self.templates.items()):
+            for key in informer.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+                yield (api_version, kind, key.namespace, key.name)
+
+    def _on_policy(self, event: WatchEvent) -> None:
+        if event.object.get("kind") in ("PropagationPolicy", "ClusterPropagationPolicy"):
+            self._sync_templates()
+        self.enqueue_all()
+
+    def _sync_templates(self) -> None:
+        wanted: set[tuple[str, str]] = set()
+        for kind in ("PropagationPolicy", "ClusterPropagationPolicy"):
+            for policy in self.policies[kind].list():
+                for selector in items(nested(policy, "spec", "resourceSelectors")):
+                    sel = mapping(selector)
+                    if sel.get("apiVersion") and sel.get("kind"):
+                        wanted.add((str(sel["apiVersion"]), str(sel["kind"])))
+        for gvk in [g for g in self.templates if g not in wanted]:
+            self.templates.pop(gvk)[1].cancel()
+        for api_version, kind in sorted(wanted - set(self.templates)):
+            informer = Informer(self.host, api_version, kind, on_event=self._on_template)
+            self.templates[(api_version, kind)] = (informer, self._start(informer))
+
+    def _on_template(self, event: WatchEvent) -> None:
+        obj = event.object
+        self.engine.enqueue((str(obj.get("apiVersion")), str(obj.get("kind")),
+                             event.key.namespace, event.key.name))
+
+    def _on_work(self, event: WatchEvent) -> None:
+        found = W.work_source(event.object)
+        if found is not None and found[0] == "karmada":
+            ref = found[1]
+            self.engine.enqueue((ref.api_version, ref.kind, ref.namespace, ref.name))
+
+    def _template(self, key: TemplateKey) -> Obj | None:
+        entry = self.templates.get((key[0], key[1]))
+        return entry[0].get(key[2], key[3]) if entry is not None else None
+
+    async def reconcile(self, key: TemplateKey) -> None:
+        api_version, kind, namespace, name = key
+        ref = ResourceRef(api_version, kind, namespace, name)
+        existing = self.shared.works_of(ref)
+        template = self._template(key)
+        if namespace in SKIPPED_NAMESPACES or namespace.startswith("tether-"):
+            return
+        if template is None:
+            for work in existing:
+                await self.delete_work(work)
+            return
+        finalizers = items(nested(template, "metadata", "finalizers"))
+        if nested(template, "metadata", "deletionTimestamp"):
+            if W.PROPAGATION_FINALIZER in finalizers:
+                await self.finalize(template, api_version, existing, None)
+            return
+        policies = [*self.policies["PropagationPolicy"].list(),
+                    *self.policies["ClusterPropagationPolicy"].list()]
+        policy = match_policy(template, policies)
+        if policy is None:
+            # No policy claims it (any more): stop propagating, leave member objects in place.
+            if existing or W.PROPAGATION_FINALIZER in finalizers:
+                await self.finalize(template, api_version, existing, True)
+            return
+        await self.set_finalizer(template, api_version, True)
+        overrides = [*self.policies["OverridePolicy"].list(),
+                     *self.policies["ClusterOverridePolicy"].list()]
+        source = thaw(template)
+        source.get("metadata", {}).get("annotations", {}).pop(STATUS_ANNOTATION, None)
+        plan = compile_template(source, policy, overrides, self.shared.cluster_infos())
+        deps, missing = await self._dependencies(plan)
+        if missing:
+            plan = replace(plan, error_reason="DependencyNotFound",
+                           error_message="missing dependencies: " + ", ".join(missing))
+        desired = W.desired_works(plan, extra_manifests=deps, ensure_namespace=bool(namespace))
+        await self.write_works(desired, existing, plan)
+        await self._write_status(template, plan, self.shared.works_of(ref))
+
+    async def _dependencies(self, plan: PropagationPlan) -> tuple[list[Obj], list[str]]:
+        found: list[Obj] = []
+        missing: list[str] = []
+        for dep in plan.dependencies:
+            try:
+                obj = await self.host.get(dep.api_version, dep.kind, dep.name, dep.namespace)
+            except KubeError as exc:
+                if exc.code != 404:
+                    raise
+                missing.append(f"{dep.kind} {dep.namespace}/{dep.name}")
+                continue
+            manifest = strip_server_fields(thaw(obj))
+            if dep.kind == "ServiceAccount":
+                manifest.pop("secrets", None)
+            found.append(stamp(manifest, "karmada", plan.source))
+        return found, missing
+
+    async def _write_status(self, template: Obj, plan: PropagationPlan,
+                            existing: list[Obj]) -> None:
+        by_cluster = {W.work_cluster(w): w for w in existing}
+        results = results_for(plan, existing, plan.source, kubefed=False)
+        clusters: list[Obj] = []
+        problems: list[str] = []
+        for failure in plan.failures:
+            clusters.append({"name": failure.cluster, "applied": False,
+                             "reason": failure.reason, "message": failure.message})
+            problems.append(f"{failure.cluster}: {failure.reason}: {failure.message}")
+        pending: list[str] = []
+        for item in plan.works:
+            result = results.get(item.cluster)
+            entry: Obj = {"name": item.cluster, "applied": bool(result and result.applied)}
+            if result is None:
+                entry["reason"] = "Pending"
+                pending.append(item.cluster)
+            elif not result.applied:
+                entry.update(reason=result.reason, message=result.message)
+                problems.append(f"{item.cluster}: {result.reason}: {result.message}")
+            if item.replicas is not None:
+                entry["replicas"] = item.replicas
+            clusters.append(entry)
+        clusters.sort(key=lambda e: str(e["name"]))
+        if plan.error_reason:
+            cond = {"type": PROPAGATED, "status": "False", "reason": plan.error_reason,
+                    "message": "; ".join([plan.error_message, *problems])}
+        elif problems:
+            cond = {"type": PROPAGATED, "status": "False", "reason": "PropagationFailed",
+                    "message": "; ".join(problems)}
+        elif pending:
+            cond = {"type": PROPAGATED, "status": "Unknown", "reason": "Applying",
+                    "message": "waiting for " + ", ".join(pending)}
+        else:
+            cond = {"type": PROPAGATED, "status": "True", "reason": "Propagated",
+                    "message": f"applied in {len(plan.works)} cluster(s)"}
+        cond["lastTransitionTime"] = rfc3339(time.time())
+        member_status = {
+            c: W.member_status_for_aggregation(by_cluster.get(c), plan.source,
+                                               W.generation(template))
+            for c in plan.clusters}
+        aggregated = aggregate_status(template, member_status) if plan.works else None
+        old_raw = nested(template, "metadata", "annotations", STATUS_ANNOTATION)
+        old: Obj = {}
+        with contextlib.suppress(TypeError, ValueError):
+            old = json.loads(str(old_raw)) if old_raw else {}
+        [cond] = _keep_times([cond], old.get("conditions"))
+        report: Obj = {"conditions": [cond], "clusters": clusters}
+        if aggregated is not None:
+            report["aggregatedStatus"] = aggregated
+        meta = mapping(template.get("metadata"))
+        target_ns = str(meta.get("namespace") or "") or None
+        if W.strip_volatile(old) != W.strip_volatile(report):
+            text = json.dumps(report, separators=(",", ":"), sort_keys=True)
+            await self.host.patch(str(template.get("apiVersion")), str(template.get("kind")),
+                                  str(meta.get("name")),
+                                  {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
+                                  namespace=target_ns, field_manager=FIELD_MANAGER)
+        if aggregated is None or _foreign_status_owner(template):
+            return
+        status = {**aggregated, "conditions": _merge_condition(
+            nested(template, "status", "conditions"), cond)}
+        if W.strip_volatile(status) == W.strip_volatile(
+                {k: v for k, v in mapping(template.get("status")).items() if k in status}):
+            return
+        body = {"apiVersion": template.get("apiVersion"), "kind": template.get("kind"),
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+                "status": status}
+        try:
+            await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+        except KubeError as exc:
+            if exc.code not in (404, 405):  # kinds without a status subresource
+                raise
+
+
+def _merge_condition(conditions: Any, cond: Obj) -> list[Obj]:
+    out = [thaw(c) for c in items(conditions) if mapping(c).get("type") != cond["type"]]
+    return [*out, cond]
+
+
+def _foreign_status_owner(template: Obj) -> bool:
+    """Whether a controller on the host (not tether) writes this template's status."""
+    for entry in items(nested(template, "metadata", "managedFields")):
+        e = mapping(entry)
+        if e.get("subresource") == "status" and e.get("manager") != FIELD_MANAGER:
+            return True
+    return False
+
+
+__all__ = [
+    "STATUS_ANNOTATION",
+    "HubInformers",
+    "KarmadaController",
+    "KubeFedController",
+    "cluster_info",
+    "unjoining",
+]
