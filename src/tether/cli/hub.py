@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -54,11 +57,26 @@ def run(
                                                  "health probes")] = 10.0,
     health_threshold: Annotated[float, typer.Option("--health-threshold", help="Seconds a changed "
                                                     "probe result must hold before Ready flips")] = 30.0,
+    health_grace: Annotated[float, typer.Option("--health-grace", help="Seconds without a pull "
+                                                "member's heartbeat before it turns Unknown")] = 40.0,
     resync: Annotated[float, typer.Option("--resync", help="Seconds between full resyncs")] = 60.0,
+    tunnel_agent_port: Annotated[int | None, typer.Option(
+        "--tunnel-agent-port", help="Run a tunnel server for pull members; agents dial this port "
+        "(0 picks one)")] = None,
+    tunnel_frontend_port: Annotated[int, typer.Option(
+        "--tunnel-frontend-port", help="127.0.0.1 port where the hub's clients CONNECT through "
+        "the tunnel (pull Clusters' proxyURL; 0 picks one)")] = 8088,
+    tunnel_bind_address: Annotated[str, typer.Option("--tunnel-bind-address",
+                                                     help="Agent port bind address")] = "",
+    tunnel_advertise: Annotated[str, typer.Option(
+        "--tunnel-advertise-address", help="HOST[:PORT] agents dial [default: 127.0.0.1]")] = "",
+    tunnel_certs: Annotated[Path | None, typer.Option(
+        "--tunnel-certs", help="A `tether certs` directory [default: generated in --data-dir]")] = None,
+    data_dir: Annotated[Path | None, typer.Option(
+        "--data-dir", help="Hub state (tunnel certificates) [default: ~/.local/share/tether/hub]")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
 ) -> None:
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
-    import logging
 
     from tether.app import hub as hub_app
     from tether.federation.health import HealthTimers
@@ -71,11 +89,24 @@ def run(
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
     timers = HealthTimers(period_s=health_period, failure_threshold_s=health_threshold,
-                          success_threshold_s=health_threshold)
+                          success_threshold_s=health_threshold, grace_period_s=health_grace,
+                          startup_grace_period_s=max(health_grace, 60.0 * health_grace / 40.0))
     config = hub_app.HubConfig(kubeconfig=kubeconfig, context=context, port=port,
-                               health_port=health_port, health=timers, resync_s=resync)
+                               health_port=health_port, health=timers, resync_s=resync,
+                               tunnel_agent_port=tunnel_agent_port,
+                               tunnel_frontend_port=tunnel_frontend_port,
+                               tunnel_bind_address=tunnel_bind_address,
+                               tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
+                               data_dir=data_dir)
     try:
-        raise typer.Exit(asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line))))
+        code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
     except (KubeError, KubeconfigError, OSError) as exc:
         console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        code = 1
+    # The hub's own shutdown is bounded (`shutdown_s`); what is left can only be a thread of the
+    # default executor stuck in a blocking call (a resolver, say), which would otherwise hold the
+    # process at exit for ever. Flush and leave.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
