@@ -53,6 +53,10 @@ def run(
                                       "(0 picks a free one)")] = 8443,
     health_port: Annotated[int | None, typer.Option("--health-port", help="Extra port serving the same "
                                                     "endpoints, e.g. for probes")] = None,
+    proxy_port: Annotated[int | None, typer.Option(
+        "--proxy-port", help="Also serve the cluster proxy (/apis/cluster.tether.io/v1alpha1/clusters/NAME/"
+                             "proxy) on this 127.0.0.1 port (0 picks one); `tether kubeconfig NAME` "
+                             "then points at it")] = None,
     health_period: Annotated[float, typer.Option("--health-period", help="Seconds between member "
                                                  "health probes")] = 10.0,
     health_threshold: Annotated[float, typer.Option("--health-threshold", help="Seconds a changed "
@@ -93,6 +97,7 @@ def run(
                           startup_grace_period_s=max(health_grace, 60.0 * health_grace / 40.0))
     config = hub_app.HubConfig(kubeconfig=kubeconfig, context=context, port=port,
                                health_port=health_port, health=timers, resync_s=resync,
+                               proxy_port=proxy_port,
                                tunnel_agent_port=tunnel_agent_port,
                                tunnel_frontend_port=tunnel_frontend_port,
                                tunnel_bind_address=tunnel_bind_address,

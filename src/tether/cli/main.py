@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 
 from tether import __version__
-from tether.cli import certs, clusters, fed, hub, local, status, tunnel
+from tether.cli import agent, certs, clusters, fed, hub, local, proxy, status, tunnel
 
 app = typer.Typer(
     name="tether",
@@ -22,6 +22,8 @@ clusters.register(app)  # join, unjoin, clusters
 certs.register(app)  # certs
 status.register(app)  # status
 fed.register(app)  # enable, disable, federate, get, describe
+agent.register(app)  # agent run|stop|manifest, token create, register
+proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 
 
 @app.command()

@@ -17,9 +17,18 @@ and for clusters being unjoined or gone — then only the Work's finalizer is re
 Deleting a Work (finalizer `tether.io/execution`) deletes its member objects in reverse apply
 order unless `preserveResourcesOnDeletion`.
 
+A pull agent runs this same executor with `pull_cluster` (its cluster, applied even though it is
+Pull) and `member_client` (its local member client instead of one built from the hub Secret);
+see `pullagent.py`.
+
 Status collection and drift: one informer per (cluster, kind) on objects labelled managed-by
 tether; any change enqueues the Work named by the object's `work.tether.io/name` annotation,
 whose next pass records the new status and re-applies when a field tether sets has drifted.
+
+Requests per Work pass are kept to what the Work needs: the credentials Secrets come from an
+informer on the hub namespace's Secrets (a GET only while it has not synced or misses one), and
+the namespaces known to exist in a member are remembered per member (forgotten with the member,
+and when an apply reports its namespace missing, after which the pass creates it and tries again).
 """
 
 from __future__ import annotations
@@ -71,6 +80,7 @@ class _Member:
     client: KubeClient
     informers: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
         default_factory=dict)
+    namespaces: set[str] = field(default_factory=set)  # known to exist in the member
 
 
 @dataclass
@@ -119,16 +129,23 @@ class WorkExecutor:
     namespace: str = HUB_NAMESPACE
     resync_s: float = 60.0
     name: str = "work-executor"
+    # A pull agent's executor: applies this cluster's Works (Pull or not) through `member_client`
+    pull_cluster: str | None = None
+    member_client: KubeClient | None = None
     engine: Engine[ObjectKey] = field(init=False)
     clusters_engine: Engine[str] = field(init=False)
     pool: ClientPool = field(default_factory=ClientPool)
     _members: dict[str, _Member] = field(default_factory=dict)
     _failures: dict[ObjectKey, int] = field(default_factory=dict)
     _group: asyncio.TaskGroup | None = None
+    # the hub namespace's Secrets (member credentials); None for a pull agent's executor
+    secrets: Informer | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.engine = Engine(self.name, self._counted, workers=self.workers)
         self.clusters_engine = Engine("executor-clusters", self._reconcile_cluster)
+        if self.member_client is None:
+            self.secrets = Informer(self.host, "v1", "Secret", self.namespace)
         self.shared.work_handlers.append(lambda e: self.engine.enqueue(e.key))
         self.shared.cluster_handlers.append(lambda e: self.clusters_engine.enqueue(e.key.name))
 
@@ -139,6 +156,8 @@ class WorkExecutor:
                 group.create_task(self.engine.run())
                 group.create_task(self.clusters_engine.run())
                 group.create_task(self._resync())
+                if self.secrets is not None:
+                    group.create_task(self.secrets.run())
         finally:
             self._group = None
             for member in self._members.values():
@@ -170,7 +189,8 @@ class WorkExecutor:
         """A Cluster changed: drop its client and informers when it goes or is being unjoined,
         and give its Works another pass (readiness, credentials may have changed)."""
         cluster = self.shared.clusters.get(None, name)
-        if unjoining(cluster) or nested(cluster, "spec", "syncMode") == "Pull":
+        if unjoining(cluster) or (nested(cluster, "spec", "syncMode") == "Pull"
+                                  and name != self.pull_cluster):
             await self._forget(name)
         prefix = execution_namespace(name)
         for key in self.shared.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
@@ -190,14 +210,26 @@ class WorkExecutor:
 
     async def _member(self, cluster: Obj) -> _Member:
         name = str(nested(cluster, "metadata", "name"))
+        if self.member_client is not None and name == self.pull_cluster:
+            own = self._members.get(name)
+            if own is None:
+                own = self._members[name] = _Member(("", ""), self.member_client)
+            return own
         spec = mapping(cluster.get("spec"))
         ref = mapping(spec.get("secretRef"))
-        try:
-            secret = await self.host.get("v1", "Secret", str(ref.get("name") or name),
-                                         str(ref.get("namespace") or self.namespace))
-        except KubeError as exc:
-            raise _ClusterUnreachable(
-                f"cannot read the credentials Secret of cluster {name!r}: {exc.message}") from None
+        secret_name = str(ref.get("name") or name)
+        secret_namespace = str(ref.get("namespace") or self.namespace)
+        secret: Obj | None = None
+        if (self.secrets is not None and self.secrets.synced
+                and secret_namespace == self.namespace):
+            secret = self.secrets.get(secret_namespace, secret_name)
+        if secret is None:
+            try:
+                secret = await self.host.get("v1", "Secret", secret_name, secret_namespace)
+            except KubeError as exc:
+                raise _ClusterUnreachable(
+                    f"cannot read the credentials Secret of cluster {name!r}: {exc.message}"
+                ) from None
         fingerprint = (str(spec.get("apiEndpoint", "")),
                        str(nested(secret, "metadata", "resourceVersion")))
         member = self._members.get(name)
@@ -241,7 +273,7 @@ class WorkExecutor:
                 await self._set_finalizer(work, False)
             return
         assert cluster is not None
-        if nested(cluster, "spec", "syncMode") == "Pull":
+        if nested(cluster, "spec", "syncMode") == "Pull" and cluster_name != self.pull_cluster:
             return  # the cluster's agent applies its Works
         try:
             member = await self._member(cluster)
@@ -302,7 +334,10 @@ class WorkExecutor:
                 if exc.code != 404:
                     raise
 
-    async def _ensure_namespace(self, client: KubeClient, namespace: str) -> None:
+    async def _ensure_namespace(self, member: _Member, namespace: str) -> None:
+        if namespace in member.namespaces:
+            return
+        client = member.client
         try:
             await client.get("v1", "Namespace", namespace)
         except NotFound:
@@ -314,14 +349,29 @@ class WorkExecutor:
             except KubeError as exc:
                 if exc.code != 409:
                     raise
+        member.namespaces.add(namespace)
 
     async def _apply(self, work: Obj, cluster: str, member: _Member) -> list[_Outcome]:
+        ensure = str(nested(work, "metadata", "annotations", W.ENSURE_NAMESPACE_ANNOTATION)
+                     or "")
+        cached = ensure in member.namespaces
+        outcomes = await self._apply_pass(work, cluster, member, ensure)
+        if any(o.error_reason == "NamespaceNotFound" for o in outcomes):
+            # a namespace remembered as existing is gone (deleted in the member): forget what
+            # this member's namespaces were, and when the remembered one spared the lookup, try
+            # again as the lookup would have (creating it)
+            member.namespaces.clear()
+            if cached:
+                outcomes = await self._apply_pass(work, cluster, member, ensure)
+        return outcomes
+
+    async def _apply_pass(self, work: Obj, cluster: str, member: _Member,
+                          ensure: str) -> list[_Outcome]:
         client = member.client
         spec = mapping(work.get("spec"))
         annotations = mapping(nested(work, "metadata", "annotations"))
-        ensure = str(annotations.get(W.ENSURE_NAMESPACE_ANNOTATION) or "")
         if ensure:
-            await self._ensure_namespace(client, ensure)
+            await self._ensure_namespace(member, ensure)
         abort = spec.get("conflictResolution", "Abort") != "Overwrite"
         gen = W.generation(work)
         applied_cond = W.condition(work, W.APPLIED)

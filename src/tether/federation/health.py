@@ -68,6 +68,9 @@ class HealthTimers:
     grace_period_s: float = 40.0  # --cluster-monitor-grace-period (pull clusters)
     startup_grace_period_s: float = 60.0
     probe_timeout_s: float = 5.0
+    # a member's API discovery (apiEnablements) is redone at most this often (and with each new
+    # client, and after a failed probe); the other status parts every period
+    api_enablements_period_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -281,8 +284,9 @@ async def probe(client: KubeClient, timeout_s: float) -> Probe:
     return Probe(True, False, f"health endpoint answered {code}: {body.strip()[:100]}")
 
 
-async def collect_status(client: KubeClient, timeout_s: float) -> Obj:
-    """Version, node and resource summaries, API enablements; missing parts are left out."""
+async def collect_status(client: KubeClient, timeout_s: float, *, apis: bool = True) -> Obj:
+    """Version, node and resource summaries, API enablements (unless `apis` is False); missing
+    parts are left out."""
     out: Obj = {}
 
     async def version() -> None:
@@ -292,10 +296,10 @@ async def collect_status(client: KubeClient, timeout_s: float) -> Obj:
         listed = (await client.request("GET", "/api/v1/nodes")).get("items", [])
         out["nodeSummary"], out["resourceSummary"] = summarize_nodes(listed)
 
-    async def apis() -> None:
+    async def apis_part() -> None:
         out["apiEnablements"] = await api_enablements(client)
 
-    for part in (version, nodes, apis):
+    for part in (version, nodes, apis_part) if apis else (version, nodes):
         try:
             async with asyncio.timeout(timeout_s):
                 await part()
@@ -331,6 +335,8 @@ class _Member:
     fingerprint: tuple[str, str]  # (apiEndpoint, secret resourceVersion)
     client: KubeClient
     memory: Memory | None = None
+    apis: list[Obj] | None = None  # the last apiEnablements collected through `client`
+    apis_at: float = 0.0  # monotonic
 
 
 @dataclass
@@ -443,7 +449,17 @@ class ClusterHealthController:
         if not result.healthy:
             log.info("cluster %s: probe failed: %s", name, result.detail)
         if result.healthy and member is not None:
-            status.update(await collect_status(member.client, self.timers.probe_timeout_s))
+            fresh = (member.apis is not None and time.monotonic() - member.apis_at
+                     < self.timers.api_enablements_period_s)
+            collected = await collect_status(member.client, self.timers.probe_timeout_s,
+                                             apis=not fresh)
+            if fresh:
+                collected["apiEnablements"] = member.apis
+            elif "apiEnablements" in collected:
+                member.apis, member.apis_at = collected["apiEnablements"], time.monotonic()
+            status.update(collected)
+        elif member is not None:
+            member.apis = None  # collect them again once it answers
         status["conditions"] = with_condition(status.get("conditions") or [], ready)
         await self._write(cluster, status, ready.status)
 

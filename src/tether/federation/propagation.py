@@ -18,6 +18,11 @@ unless another controller already owns the template's status (a host that runs i
 controllers): then only the annotation `tether.io/propagation-status` is written, which always
 carries the `Propagated` condition (naming every failed cluster and why), the per-cluster result
 and the aggregated status. Namespaced templates get their namespace created in members.
+
+Writes are kept to what changed: Works are applied (and deleted) concurrently, at most
+`WORK_WRITES` at a time; a new Work for a push member is created with the executor's finalizer
+already on it; a template is reconciled again shortly after its Works change (their events
+coalesced), not on the events of its own status annotation.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
@@ -64,7 +69,28 @@ STATUS_ANNOTATION = "tether.io/propagation-status"
 PROPAGATED = "Propagated"
 RESYNC_S = 60.0
 SKIPPED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+WORK_WRITES = 8  # Work applies/deletes of one source in flight at once
+WORK_EVENT_DELAY_S = 0.1  # a source's Work events within this long: one reconcile
 K = TypeVar("K")
+
+
+async def _bounded(calls: list[Callable[[], Awaitable[Any]]], limit: int = WORK_WRITES) -> None:
+    """Run independent writes concurrently, at most `limit` at once; every call runs to its end,
+    then the first failure (in `calls` order) is raised."""
+    if len(calls) <= 1:
+        for call in calls:
+            await call()
+        return
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[Any]]) -> None:
+        async with gate:
+            await call()
+
+    results = await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 # shared informers ------------------------------------------------------------------------------
@@ -216,6 +242,7 @@ class _Base(Generic[K]):
         keeps its last good Work (and the failure is reported)."""
         keep = {f.cluster for f in plan.failures if f.reason == "ApplyOverridesFailed"}
         wanted = {(d.namespace, d.name) for d in desired}
+        writes: list[Callable[[], Awaitable[Any]]] = []
         for work in desired:
             current = self.shared.works.get(work.namespace, work.name)
             if W.work_up_to_date(current, work):
@@ -225,11 +252,24 @@ class _Base(Generic[K]):
             if current is None or current.get("spec") != work.body["spec"] or not changed_at:
                 changed_at = f"{time.time():.3f}"
             body["metadata"]["annotations"][W.CHANGED_AT_ANNOTATION] = str(changed_at)
-            await self.host.apply(body, field_manager=FIELD_MANAGER, force=True)
+            finalizers = items(nested(current, "metadata", "finalizers"))
+            if W.EXECUTION_FINALIZER in finalizers or (current is None
+                                                       and self._pushed_to(work.cluster)):
+                # the executor would add it with a PATCH of its own right after the create; once
+                # in this manager's applied fields it stays in every later apply of the Work
+                body["metadata"]["finalizers"] = [W.EXECUTION_FINALIZER]
+            writes.append(functools.partial(self.host.apply, body, field_manager=FIELD_MANAGER,
+                                            force=True))
         for old in existing:
             key = object_key(old)
             if (key.namespace, key.name) not in wanted and W.work_cluster(old) not in keep:
-                await self.delete_work(old)
+                writes.append(functools.partial(self.delete_work, old))
+        await _bounded(writes)
+
+    def _pushed_to(self, cluster: str) -> bool:
+        """Whether the hub's executor applies this cluster's Works (a joined push member)."""
+        found = self.shared.clusters.get(None, cluster)
+        return not unjoining(found) and nested(found, "spec", "syncMode") != "Pull"
 
     async def delete_work(self, work: Obj, *, preserve: bool | None = None) -> None:
         meta = mapping(work.get("metadata"))
@@ -272,8 +312,8 @@ class _Base(Generic[K]):
                        preserve: bool | None) -> None:
         """Deleting the source: delete its Works (member objects go unless preserved), then
         let the source go once every Work is gone."""
-        for work in existing:
-            await self.delete_work(work, preserve=preserve)
+        await _bounded([functools.partial(self.delete_work, w, preserve=preserve)
+                        for w in existing])
         if existing:
             raise RequeueAfter(1.0)  # Work DELETED events enqueue us sooner
         await self.set_finalizer(obj, api_version, False)
@@ -501,6 +541,9 @@ class KarmadaController(_Base[TemplateKey]):
     templates: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
         default_factory=dict)
     policies: dict[str, Informer] = field(init=False)
+    # per template, what its last event showed apart from tether's own status annotation
+    _seen: dict[TemplateKey, str] = field(default_factory=dict, init=False)
+    _work_pending: set[TemplateKey] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -555,20 +598,33 @@ class KarmadaController(_Base[TemplateKey]):
 
     def _on_template(self, event: WatchEvent) -> None:
         obj = event.object
-        self.engine.enqueue((str(obj.get("apiVersion")), str(obj.get("kind")),
-                             event.key.namespace, event.key.name))
+        key = (str(obj.get("apiVersion")), str(obj.get("kind")), event.key.namespace,
+               event.key.name)
+        if event.type == "DELETED":
+            self._seen.pop(key, None)
+        else:
+            seen = _template_fingerprint(obj)
+            if event.type == "MODIFIED" and self._seen.get(key) == seen:
+                return  # only the status annotation (tether's own write) changed
+            self._seen[key] = seen
+        self.engine.enqueue(key)
 
     def _on_work(self, event: WatchEvent) -> None:
         found = W.work_source(event.object)
         if found is not None and found[0] == "karmada":
             ref = found[1]
-            self.engine.enqueue((ref.api_version, ref.kind, ref.namespace, ref.name))
+            key = (ref.api_version, ref.kind, ref.namespace, ref.name)
+            if key in self._work_pending:
+                return
+            self._work_pending.add(key)
+            self.engine.enqueue(key, delay_s=WORK_EVENT_DELAY_S)
 
     def _template(self, key: TemplateKey) -> Obj | None:
         entry = self.templates.get((key[0], key[1]))
         return entry[0].get(key[2], key[3]) if entry is not None else None
 
     async def reconcile(self, key: TemplateKey) -> None:
+        self._work_pending.discard(key)
         api_version, kind, namespace, name = key
         ref = ResourceRef(api_version, kind, namespace, name)
         existing = self.shared.works_of(ref)
@@ -696,6 +752,18 @@ class KarmadaController(_Base[TemplateKey]):
         except KubeError as exc:
             if exc.code not in (404, 405):  # kinds without a status subresource
                 raise
+
+
+def _template_fingerprint(template: Obj) -> str:
+    """The template as a reconcile reads it: without its resourceVersion, managedFields and
+    tether's status annotation, which change with every status write."""
+    meta = {k: v for k, v in mapping(template.get("metadata")).items()
+            if k not in ("resourceVersion", "managedFields")}
+    annotations = {k: v for k, v in mapping(meta.get("annotations")).items()
+                   if k != STATUS_ANNOTATION}
+    meta["annotations"] = annotations
+    return json.dumps({**template, "metadata": meta}, sort_keys=True, separators=(",", ":"),
+                      default=str)
 
 
 def _merge_condition(conditions: Any, cond: Obj) -> list[Obj]:

@@ -9,6 +9,8 @@ from tether.kube.client import (
     Resource,
     RetryPolicy,
     ServerVersion,
+    Upgraded,
+    UpgradedStream,
 )
 from tether.kube.config import ClusterCredentials, KubeconfigError, load_kubeconfig
 from tether.kube.errors import (
@@ -75,6 +77,8 @@ __all__ = [
     "TooManyRequests",
     "Unauthorized",
     "Unreachable",
+    "Upgraded",
+    "UpgradedStream",
     "WatchEvent",
     "error_from_status",
     "load_kubeconfig",

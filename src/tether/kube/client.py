@@ -19,7 +19,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -134,6 +134,10 @@ class RawStream:
         self.status_code = response.status_code
         self.headers: Mapping[str, str] = response.headers
 
+    def header_items(self) -> list[tuple[str, str]]:
+        """Every header as received, repeated names included."""
+        return list(self._response.headers.multi_items())
+
     async def chunks(self, *, idle_timeout_s: float | None = None,
                      deadline: float | None = None) -> AsyncIterator[bytes]:
         async for chunk in self._bounded(self._response.aiter_raw(), idle_timeout_s, deadline):
@@ -170,6 +174,43 @@ class RawStream:
         finally:
             with contextlib.suppress(*_TRANSPORT_ERRORS, RuntimeError):
                 await source.aclose()  # type: ignore[attr-defined]
+
+
+class UpgradedStream:
+    """The raw connection after a `101 Switching Protocols`; failures surface as `Unreachable`.
+    There is no half-close: TLS (and httpcore's streams) cannot shut down one direction."""
+
+    def __init__(self, client: KubeClient, network: Any) -> None:
+        self._client = client
+        self._network = network
+
+    async def read(self, max_bytes: int = 256 * 1024, *, idle_timeout_s: float | None = None) -> bytes:
+        """Up to `max_bytes`; b"" at EOF."""
+        try:
+            data: bytes = await self._network.read(max_bytes, timeout=idle_timeout_s)
+        except _TRANSPORT_ERRORS as exc:
+            raise self._client._unreachable(exc) from exc
+        return data
+
+    async def write(self, data: bytes, *, timeout_s: float | None = None) -> None:
+        try:
+            await self._network.write(data, timeout=timeout_s)
+        except _TRANSPORT_ERRORS as exc:
+            raise self._client._unreachable(exc) from exc
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(*_TRANSPORT_ERRORS):
+            await self._network.aclose()
+
+
+@dataclass(frozen=True)
+class Upgraded:
+    """The answer to an upgrade request: `stream` after a 101, else the error `body`."""
+
+    status_code: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    stream: UpgradedStream | None
 
 
 class KubeClient:
@@ -337,6 +378,80 @@ class KubeClient:
                     raw = b""
                 raise self._error(response, raw)
             yield RawStream(self, response)
+        finally:
+            with contextlib.suppress(*_TRANSPORT_ERRORS):
+                await response.aclose()
+
+    # raw pass-through (the hub's cluster proxy) ------------------------------------------
+
+    def _raw_request(self, method: str, target: str, headers: Sequence[tuple[str, str]],
+                     content: bytes | None, budget_s: float, idle_timeout_s: float | None) -> httpx.Request:
+        """`target` (path and raw query, as received) below the server's own path, unchanged."""
+        request = self._http.build_request(method, target.split("?", 1)[0] or "/", content=content,
+                                           headers=list(headers),
+                                           timeout=self._timeout(budget_s, idle_timeout_s))
+        base = httpx.URL(self.server).raw_path.split(b"?", 1)[0].rstrip(b"/")
+        request.url = request.url.copy_with(raw_path=base + target.encode("latin-1"))
+        return request
+
+    @contextlib.asynccontextmanager
+    async def send_raw(self, method: str, target: str, *, headers: Sequence[tuple[str, str]] = (),
+                       content: bytes | None = None, timeout_s: float | None = None,
+                       idle_timeout_s: float | None = None) -> AsyncIterator[RawStream]:
+        """Send one request as given (raw path and query; `headers` over the client's defaults,
+        so the client's own credentials apply unless replaced) and stream the answer whatever
+        its status: a proxy forwards errors, it does not raise them. No retries. `timeout_s`
+        bounds getting the response headers, `idle_timeout_s` each read of the body."""
+        budget_s = self.timeout_s if timeout_s is None else timeout_s
+        request = self._raw_request(method, target, headers, content, budget_s, idle_timeout_s)
+        try:
+            async with asyncio.timeout(budget_s):
+                response = await self._http.send(request, stream=True)
+        except TimeoutError:
+            raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
+        except _TRANSPORT_ERRORS as exc:
+            raise self._unreachable(exc) from exc
+        try:
+            yield RawStream(self, response)
+        finally:
+            with contextlib.suppress(*_TRANSPORT_ERRORS):
+                await response.aclose()
+
+    @contextlib.asynccontextmanager
+    async def upgrade(self, method: str, target: str, *, headers: Sequence[tuple[str, str]],
+                      timeout_s: float | None = None,
+                      body_limit: int = 1 << 20) -> AsyncIterator[Upgraded]:
+        """Send an `Upgrade` request (exec, attach, port-forward) as given. After a `101` the
+        connection is `Upgraded.stream` until the block ends; any other status comes with its
+        body (at most `body_limit` bytes) and no stream."""
+        budget_s = self.timeout_s if timeout_s is None else timeout_s
+        request = self._raw_request(method, target, headers, None, budget_s, None)
+        try:
+            async with asyncio.timeout(budget_s):
+                response = await self._http.send(request, stream=True)
+        except TimeoutError:
+            raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
+        except _TRANSPORT_ERRORS as exc:
+            raise self._unreachable(exc) from exc
+        try:
+            if response.status_code == 101:
+                network = response.extensions.get("network_stream")
+                if network is None:
+                    raise Unreachable(self.server, "101 without a connection to switch to")
+                yield Upgraded(101, list(response.headers.multi_items()), b"",
+                               UpgradedStream(self, network))
+                return
+            body = bytearray()
+            try:
+                async with asyncio.timeout(budget_s):
+                    async for chunk in response.aiter_raw():
+                        body += chunk
+                        if len(body) >= body_limit:
+                            break
+            except (TimeoutError, *_TRANSPORT_ERRORS):
+                pass
+            yield Upgraded(response.status_code, list(response.headers.multi_items()),
+                           bytes(body[:body_limit]), None)
         finally:
             with contextlib.suppress(*_TRANSPORT_ERRORS):
                 await response.aclose()

@@ -95,6 +95,10 @@ class ApiServer:
             log.exception("internal error serving %s %s", request.method, request.path)
             return status_response(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
 
+    def check_token(self, token: str) -> str | None:
+        """The user a bearer token belongs to, or None (TokenReview asks this)."""
+        return self._tokens(token)
+
     def _authenticate(self, request: Request) -> str | None:
         if request.peer_cert:
             for rdn in request.peer_cert.get("subject", ()):
@@ -110,8 +114,8 @@ class ApiServer:
                 raw = base64.b64decode(auth[6:].strip()).decode()
             except (binascii.Error, UnicodeDecodeError):
                 return None
-            user, _, password = raw.partition(":")
-            return user if self._tokens(password) else None
+            _, _, password = raw.partition(":")
+            return self._tokens(password)  # the token's user, never the name the client claims
         return None
 
     async def _route(self, request: Request, user: str) -> Reply:
@@ -381,6 +385,8 @@ class ApiServer:
             revision = str(raw["rv"])
         except (ValueError, KeyError, TypeError, binascii.Error):
             raise bad_request("invalid continue token") from None
+        if not revision.isdigit():
+            raise bad_request("invalid continue token")
         if int(revision) < self.ops.store.compacted:
             raise expired("The provided continue parameter is too old to display a consistent list result. "
                           "You can start a new list without the continue parameter.")
@@ -421,7 +427,10 @@ class ApiServer:
             except ValueError:
                 raise bad_request(f"invalid resourceVersion {since!r}") from None
         timeout_text = request.param("timeoutSeconds")
-        timeout_s = float(timeout_text) if timeout_text else None
+        try:
+            timeout_s = float(timeout_text) if timeout_text else None
+        except ValueError:
+            raise bad_request(f"invalid timeoutSeconds {timeout_text!r}") from None
         as_table = self._wants_table(request)
         include = request.param("includeObject", "Metadata")
 

@@ -58,6 +58,7 @@ class LocalCluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        config.data_dir.chmod(0o700)  # it holds every Secret (state.db) and the cluster's keys
         self.pki = ensure_cluster_pki(config.data_dir / "pki", config.name)
         self.store = Store(config.data_dir / "state.db", compact_keep=config.compact_keep)
         self.registry = Registry.with_builtins()
@@ -71,6 +72,7 @@ class LocalCluster:
                                            token_checker({self.pki.token(): "tether-admin"})),
             server_address=lambda: f"{self.api_host}:{self.port}",
         )
+        self.ops.token_review = self.api.check_token
         mode = choose_mode(config.data_dir, config.netns)
         self._index = claim_index(self._preferred_index())
         self.network = ClusterNetwork.of(self._index.index, mode)

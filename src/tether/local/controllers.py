@@ -24,7 +24,7 @@ from tether.local.operations import (
     WriteOptions,
 )
 from tether.local.resources import ResourceType
-from tether.local.store import Event
+from tether.local.store import Event, follow
 
 log = logging.getLogger(__name__)
 
@@ -127,25 +127,19 @@ class LocalControllers:
 
     async def run(self) -> None:
         store = self.ops.store
-        watcher, _ = store.watch(None, None, store.revision)
-        for resource in store.resources():
-            for obj in store.list_objects(resource):
-                self._observe(resource, obj, None)
+
+        def resync() -> None:
+            for resource in store.resources():
+                for obj in store.list_objects(resource):
+                    self._observe(resource, obj, None)
+
+        def on_event(event: Event) -> None:
+            self._observe(event.resource, None if event.type == "DELETED" else event.obj, event)
+
         async with asyncio.TaskGroup() as group:
             for engine in (self.namespaces, self.dependents, self.owners, self.crds):
                 group.create_task(engine.run())
-            group.create_task(self._feed(watcher))
-
-    async def _feed(self, watcher: Any) -> None:
-        try:
-            while True:
-                event: Event | None = await watcher.next(None)
-                if event is None:
-                    continue
-                obj = None if event.type == "DELETED" else event.obj
-                self._observe(event.resource, obj, event)
-        finally:
-            watcher.close()
+            group.create_task(follow(store, None, None, on_event=on_event, resync=resync))
 
     def _observe(self, resource: str, obj: Obj | None, event: Event | None) -> None:
         source = obj if obj is not None else (event.obj if event else None)

@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 3 * 1024 * 1024
 IDLE_TIMEOUT_S = 120.0
+MAX_CONNECTIONS = 4096
 
 
 class BodyTooLarge(Exception):
@@ -201,6 +202,9 @@ class HttpServer:
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._connections) >= MAX_CONNECTIONS:  # bounded fds and memory, whoever asks
+            writer.close()
+            return
         self._connections.add(task)
         try:
             await self._serve(reader, writer)
@@ -229,7 +233,8 @@ class HttpServer:
                 await self._simple(writer, 400, str(exc).encode())
                 return
             try:
-                body = await self._read_body(reader, headers)
+                async with asyncio.timeout(IDLE_TIMEOUT_S):  # a client that stalls mid-body
+                    body = await self._read_body(reader, headers)
             except BodyTooLarge:
                 await self._send(writer, await self._handler_error(413), keep_alive=False)
                 return
@@ -297,7 +302,8 @@ class HttpServer:
         if not keep_alive:
             headers.append(("Connection", "close"))
         writer.write(_head(reply.status, headers) + reply.body)
-        await writer.drain()
+        async with asyncio.timeout(IDLE_TIMEOUT_S):  # a client that never reads its answer
+            await writer.drain()
 
     async def _stream(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: StreamResponse

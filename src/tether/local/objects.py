@@ -83,12 +83,36 @@ def _pod_spec_causes(spec: Any, prefix: str) -> list[Cause]:
         name = container.get("name")
         if not name:
             causes.append(_required(f"{where}.name"))
+        elif not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
+            causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": a lowercase RFC 1123 label '
+                                "must consist of lower case alphanumeric characters or '-'", f"{where}.name"))
         elif name in seen:
             causes.append(Cause("FieldValueDuplicate", f'Duplicate value: "{name}"', f"{where}.name"))
         else:
             seen.add(str(name))
         if not container.get("image"):
             causes.append(_required(f"{where}.image"))
+    causes += _volume_causes(spec.get("volumes"), prefix)
+    return causes
+
+
+def _volume_causes(volumes: Any, prefix: str) -> list[Cause]:
+    """Volume names are DNS labels and projected paths stay inside the volume (no `..`, not absolute)."""
+    causes: list[Cause] = []
+    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
+        if not isinstance(volume, dict):
+            continue
+        name = volume.get("name")
+        if not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
+            causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": a lowercase RFC 1123 label '
+                                "must consist of lower case alphanumeric characters or '-'",
+                                f"{prefix}.volumes[{i}].name"))
+        for source in ("configMap", "secret"):
+            for j, item in enumerate((volume.get(source) or {}).get("items") or []):
+                path = str((item or {}).get("path", ""))
+                if not path or path.startswith("/") or ".." in path.split("/"):
+                    causes.append(Cause("FieldValueInvalid", f'Invalid value: "{path}": must be a relative path '
+                                        "without '..'", f"{prefix}.volumes[{i}].{source}.items[{j}].path"))
     return causes
 
 

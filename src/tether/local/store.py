@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,9 @@ class Watcher:
             self._store.unwatch(self)
             return
         self._queue.put_nowait(event)
+
+    def pending(self) -> bool:
+        return not self._queue.empty()
 
     async def next(self, timeout_s: float | None = None) -> Event | None:
         """The next event, or None on timeout; raises WatchOverflow when cut off."""
@@ -301,3 +304,31 @@ class Store:
         )
         self._db.execute("COMMIT")
         self.compacted = revision
+
+
+async def follow(
+    store: Store,
+    resource: str | None,
+    namespace: str | None,
+    *,
+    on_event: Callable[[Event], None],
+    resync: Callable[[], None],
+) -> None:
+    """Feed a component from the store's change stream, forever.
+
+    `resync` is called with the watcher registered in the same synchronous step, so nothing
+    written in between is missed; it is called again whenever the watcher fell behind and was cut
+    off (a 10,000-object deletecollection), so the component converges instead of crashing.
+    """
+    while True:
+        watcher, _ = store.watch(resource, namespace, store.revision)
+        resync()
+        try:
+            while True:
+                event = await watcher.next(None)
+                if event is not None:
+                    on_event(event)
+        except WatchOverflow:
+            continue
+        finally:
+            watcher.close()

@@ -109,6 +109,7 @@ def _alive(pid: int) -> bool:
 async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1,
                 netns: bool | None = None, isolate_api: tuple[str, ...] = ()) -> None:
     """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve."""
+    os.umask(0o077)  # state, keys and logs are for this user only
     unknown = set(isolate_api) - set(names)
     if unknown:
         raise LocalError(f"--isolate-api names no cluster being started: {', '.join(sorted(unknown))}")

@@ -90,11 +90,14 @@ async def stream(store: Store, request: WatchRequest) -> AsyncIterator[bytes]:
             wait = next_bookmark - now if request.bookmarks else None
             if deadline is not None:
                 remaining = deadline - now
-                if remaining <= 0:
+                if remaining <= 0 and not watcher.pending():
+                    # Every write up to store.revision was queued to us synchronously, so with
+                    # the queue drained the bookmark may claim it; with events still queued it
+                    # must not, or a client resuming from it would skip them.
                     if request.bookmarks:
                         yield _line("BOOKMARK", request.bookmark_object(str(max(last_rv, store.revision))))
                     return
-                wait = remaining if wait is None else min(wait, remaining)
+                wait = max(remaining, 0.0) if wait is None else max(min(wait, remaining), 0.0)
             try:
                 event = await watcher.next(wait)
             except WatchOverflow:

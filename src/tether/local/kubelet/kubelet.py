@@ -25,7 +25,7 @@ from tether.local.kubelet.status import ContainerState, PodRuntimeState, pod_sta
 from tether.local.netns import HostFabric, NetnsError
 from tether.local.operations import WriteOptions
 from tether.local.resources import ResourceType
-from tether.local.store import Event
+from tether.local.store import Event, follow
 
 if TYPE_CHECKING:
     from tether.local.cluster import LocalCluster
@@ -424,19 +424,19 @@ class Kubelet:
     # supervision -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        watcher, _ = self.store.watch(PODS, None, self.store.revision)
-        try:
-            async with asyncio.TaskGroup() as group:
-                self._group = group
-                group.create_task(self.engine.run())
-                for pod in self.store.list_objects(PODS):
-                    self.engine.enqueue(_key(pod))
-                while True:
-                    event: Event | None = await watcher.next(None)
-                    if event is not None:
-                        self.engine.enqueue((event.namespace, event.name))
-        finally:
-            watcher.close()
+        def resync() -> None:
+            for pod in self.store.list_objects(PODS):
+                self.engine.enqueue(_key(pod))
+            for key in list(self.workers):  # pods deleted while we were not listening
+                self.engine.enqueue(key)
+
+        def on_event(event: Event) -> None:
+            self.engine.enqueue((event.namespace, event.name))
+
+        async with asyncio.TaskGroup() as group:
+            self._group = group
+            group.create_task(self.engine.run())
+            group.create_task(follow(self.store, PODS, None, on_event=on_event, resync=resync))
 
     async def _reconcile(self, key: PodKey) -> None:
         pod = self.store.get(PODS, *key)

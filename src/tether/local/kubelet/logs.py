@@ -51,7 +51,8 @@ def _since(request: Request) -> dt.datetime | None:
     text = request.param("sinceTime")
     if text:
         try:
-            return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
         except ValueError:
             raise bad_request(f"sinceTime: {text!r} is not an RFC 3339 time") from None
     return None
@@ -134,7 +135,8 @@ class LogServer:
             limit_bytes=_int(request, "limitBytes"),
         )
         path = log_file(self.pods_dir, pod, options.container, previous=options.previous)
-        lines = [r for r in (_render(raw, options) for raw in path.read_bytes().splitlines()) if r is not None]
+        raw_log = path.read_bytes()
+        lines = [r for r in (_render(raw, options) for raw in raw_log.splitlines()) if r is not None]
         if options.tail_lines is not None:
             lines = lines[-options.tail_lines:] if options.tail_lines else []
         body = b"".join(line + b"\n" for line in lines)
@@ -142,12 +144,14 @@ class LogServer:
             body = body[: options.limit_bytes]
         if not options.follow or options.previous:
             return Response(200, body, content_type="text/plain")
-        return StreamResponse(200, self._follow(pod, path, body, options), content_type="text/plain")
+        return StreamResponse(200, self._follow(pod, path, body, len(raw_log), options),
+                              content_type="text/plain")
 
-    async def _follow(self, pod: Obj, path: Path, first: bytes, options: LogOptions) -> AsyncIterator[bytes]:
+    async def _follow(self, pod: Obj, path: Path, first: bytes, offset: int,
+                      options: LogOptions) -> AsyncIterator[bytes]:
+        # `offset` is where the first answer stopped reading: lines written since are sent next.
         if first:
             yield first
-        offset = path.stat().st_size
         pending = b""
         uid = pod["metadata"]["uid"]
         namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]

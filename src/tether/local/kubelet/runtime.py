@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 KILL_WAIT_S = 5.0
+MAX_LINE_BYTES = 64 * 1024
 
 
 def timestamp() -> str:
@@ -49,7 +50,12 @@ async def _pump(stream: asyncio.StreamReader | None, name: str, log: LogWriter,
     if stream is None:
         return
     while True:
-        line = await stream.readline()
+        try:
+            line = await stream.readline()
+        except ValueError:
+            # A line longer than the stream's limit: take what is buffered as a partial line
+            # (the real kubelet splits long lines too) rather than failing the container.
+            line = await stream.read(MAX_LINE_BYTES)
         if not line:
             return
         log.write(name, line)
