@@ -446,7 +446,9 @@ class ApiServer:
         def bookmark(rv: str) -> Obj:
             return {"kind": rt.kind, "apiVersion": rt.group_version, "metadata": {"resourceVersion": rv}}
 
-        initial = list(self.ops.list_objects(rt, namespace or None)) if since in ("", "0") or send_initial else []
+        def initial() -> list[Obj]:
+            return list(self.ops.list_objects(rt, namespace or None))
+
         watch = watching.WatchRequest(
             storage_key=rt.storage_key,
             namespace=namespace or None,

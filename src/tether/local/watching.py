@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.local.errors import expired
-from tether.local.store import Compacted, Event, Store, WatchOverflow
+from tether.local.store import Compacted, Event, Store, Watcher, WatchOverflow
 
 Obj = dict[str, Any]
 BOOKMARK_INTERVAL_S = 15.0
@@ -24,7 +24,7 @@ class WatchRequest:
     timeout_s: float | None
     bookmarks: bool
     send_initial_events: bool
-    initial: list[Obj]  # the current state, used when since is "" or "0"
+    initial: Callable[[], list[Obj]]  # the current state, used when since is "" or "0"
     bookmark_object: Callable[[str], Obj]  # an empty object of the kind carrying only a RV
     render: Callable[[Obj, bool], Obj]  # (object, first event) -> what goes on the wire
 
@@ -54,7 +54,9 @@ def error_event(status: Obj) -> bytes:
     return _line("ERROR", status)
 
 
-async def stream(store: Store, request: WatchRequest) -> AsyncIterator[bytes]:
+def stream(store: Store, request: WatchRequest) -> AsyncIterator[bytes]:
+    """Register the watcher and take the initial state now, in one synchronous step, so no write
+    falls between them; the returned generator then streams."""
     start_with_state = request.since in ("", "0") or request.send_initial_events
     since = store.revision if start_with_state else int(request.since)
     if since > store.revision:
@@ -63,13 +65,22 @@ async def stream(store: Store, request: WatchRequest) -> AsyncIterator[bytes]:
     try:
         watcher, history = store.watch(request.storage_key, request.namespace, since)
     except Compacted as exc:
-        yield error_event(expired(str(exc)).status())
-        return
+        return _single(error_event(expired(str(exc)).status()))
+    initial = request.initial() if start_with_state else []
+    return _events(store, request, watcher, history, since, initial, start_with_state)
+
+
+async def _single(line: bytes) -> AsyncIterator[bytes]:
+    yield line
+
+
+async def _events(store: Store, request: WatchRequest, watcher: Watcher, history: list[Event], since: int,
+                  initial: list[Obj], start_with_state: bool) -> AsyncIterator[bytes]:
     first = True
     deadline = time.monotonic() + request.timeout_s if request.timeout_s else None
     try:
         if start_with_state:
-            for obj in request.initial:
+            for obj in initial:
                 if request.matches(obj):
                     yield _line("ADDED", request.render(obj, first))
                     first = False
