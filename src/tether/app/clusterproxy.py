@@ -333,7 +333,7 @@ def _reply(outcome: cp.Outcome) -> Reply:
     if isinstance(outcome, cp.Streamed):
         return StreamResponse(outcome.status, outcome.chunks, list(outcome.headers),
                               outcome.content_type)
-    return UpgradeResponse(outcome.headers, outcome.relay)
+    return UpgradeResponse(outcome.headers, outcome.relay, abandon=outcome.abandon)
 
 
 async def open_proxy(host: KubeClient, config: ProxyConfig, *,

@@ -79,7 +79,6 @@ IMPERSONATION_CACHE_S = 60.0
 REQUEST_TIMEOUT_S = 30.0
 STREAM_IDLE_TIMEOUT_S = 3600.0  # a quiet watch, `logs -f` or shell
 LINGER_S = 2.0  # after the member closes an upgraded connection, how long the caller may finish
-UPGRADE_START_S = 30.0  # an upgrade whose relay never starts is closed after this
 READ_CHUNK = 256 * 1024
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -294,8 +293,8 @@ class Streamed:
 
 
 class Switched:
-    """A member's `101`: `relay(reader, writer)` carries the caller's connection from here on.
-    A relay that has not started within `UPGRADE_START_S` is released by itself."""
+    """A member's `101`: `relay(reader, writer)` carries the caller's connection from here on;
+    `abandon()` releases the member connection when the caller never gets the 101."""
 
     def __init__(self, headers: list[tuple[str, str]], stream: UpgradedStream,
                  stack: contextlib.AsyncExitStack, idle_timeout_s: float) -> None:
@@ -303,17 +302,11 @@ class Switched:
         self._stream = stream
         self._stack = stack
         self._idle_timeout_s = idle_timeout_s
-        self._started = False
-        self._watchdog = asyncio.get_running_loop().call_later(UPGRADE_START_S, self._expire)
-        self._expiry: asyncio.Task[None] | None = None
 
-    def _expire(self) -> None:
-        if not self._started:
-            self._expiry = asyncio.ensure_future(self._stack.aclose())
+    async def abandon(self) -> None:
+        await self._stack.aclose()
 
     async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._started = True
-        self._watchdog.cancel()
         try:
             await relay(reader, writer, self._stream, idle_timeout_s=self._idle_timeout_s)
         finally:

@@ -82,6 +82,9 @@ class UpgradeResponse:
 
     headers: list[tuple[str, str]]
     handler: UpgradeHandler
+    # Called instead of `handler` when the 101 never reaches the client, so whatever the
+    # handler would have released (a member connection) is released anyway.
+    abandon: Callable[[], Awaitable[None]] | None = None
 
 
 Reply = Response | StreamResponse | UpgradeResponse
@@ -255,8 +258,13 @@ class HttpServer:
             )
             reply = await self._handler(request)
             if isinstance(reply, UpgradeResponse):
-                writer.write(_head(101, reply.headers))
-                await writer.drain()
+                try:
+                    writer.write(_head(101, reply.headers))
+                    await writer.drain()
+                except BaseException:
+                    if reply.abandon is not None:
+                        await reply.abandon()
+                    raise
                 await reply.handler(reader, writer)
                 return
             keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
