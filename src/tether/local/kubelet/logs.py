@@ -114,6 +114,27 @@ def _render(raw: bytes, options: LogOptions) -> bytes | None:
     return (f"{stamp} ".encode() + text) if options.timestamps else text
 
 
+TAIL_BLOCK_BYTES = 64 * 1024
+
+
+def _read_log(path: Path, options: LogOptions) -> tuple[bytes, int]:
+    """The stored log, or only its last lines when that is all that was asked for: a long-lived
+    pod's log grows without bound, and `logs --tail=10` must not read all of it."""
+    if options.tail_lines is None or options.since is not None:
+        data = path.read_bytes()
+        return data, len(data)
+    with path.open("rb") as handle:
+        end = handle.seek(0, 2)
+        start, data = end, b""
+        while start > 0 and data.count(b"\n") <= options.tail_lines:
+            start = max(0, start - TAIL_BLOCK_BYTES)
+            handle.seek(start)
+            data = handle.read(end - start)
+    if start > 0:  # drop the partial first line
+        data = data[data.find(b"\n") + 1:]
+    return data, end
+
+
 class LogServer:
     def __init__(self, store: Store, pods_dir: Path) -> None:
         self.store = store
@@ -135,7 +156,7 @@ class LogServer:
             limit_bytes=_int(request, "limitBytes"),
         )
         path = log_file(self.pods_dir, pod, options.container, previous=options.previous)
-        raw_log = path.read_bytes()
+        raw_log, read_to = _read_log(path, options)
         lines = [r for r in (_render(raw, options) for raw in raw_log.splitlines()) if r is not None]
         if options.tail_lines is not None:
             lines = lines[-options.tail_lines:] if options.tail_lines else []
@@ -144,7 +165,7 @@ class LogServer:
             body = body[: options.limit_bytes]
         if not options.follow or options.previous:
             return Response(200, body, content_type="text/plain")
-        return StreamResponse(200, self._follow(pod, path, body, len(raw_log), options),
+        return StreamResponse(200, self._follow(pod, path, body, read_to, options),
                               content_type="text/plain")
 
     async def _follow(self, pod: Obj, path: Path, first: bytes, offset: int,
