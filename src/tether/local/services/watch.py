@@ -5,21 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from tether.local.store import Store, WatchOverflow
+from tether.local.store import Store, follow
 
 
 async def signal_changes(store: Store, resource: str, changed: asyncio.Event) -> None:
     """Set `changed` after every change of `resource` (and after a watch overflow) until cancelled."""
-    watcher, _ = store.watch(resource, None, store.revision)
-    try:
-        while True:
-            try:
-                await watcher.next(None)
-            except WatchOverflow:
-                watcher, _ = store.watch(resource, None, store.revision)
-            changed.set()
-    finally:
-        watcher.close()
+    await follow(store, resource, None, on_event=lambda event: changed.set(), resync=changed.set)
 
 
 def start_signals(group: asyncio.TaskGroup, store: Store, resources: Iterable[str], changed: asyncio.Event) -> None:

@@ -23,7 +23,7 @@ from tether.local import events
 from tether.local.errors import ApiError
 from tether.local.operations import Operations, WriteOptions
 from tether.local.resources import ResourceType
-from tether.local.store import Event, WatchOverflow
+from tether.local.store import Event, follow
 from tether.local.workloads.common import (
     Note,
     NsName,
@@ -195,17 +195,4 @@ class WorkloadControllers:
             group.create_task(self._feed())
 
     async def _feed(self) -> None:
-        store = self.ops.store
-        while True:
-            # Watch first, then look at everything: nothing can change in between (one thread).
-            watcher, _ = store.watch(None, None, store.revision)
-            self._enqueue_all()
-            try:
-                while True:
-                    event = await watcher.next(None)
-                    if event is not None:
-                        self.dispatch(event)
-            except WatchOverflow:
-                log.warning("workload controllers fell behind the store; resyncing everything")
-            finally:
-                watcher.close()
+        await follow(self.ops.store, None, None, on_event=self.dispatch, resync=self._enqueue_all)
