@@ -5,25 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tether.metrics import Histogram
+
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-
-
-@dataclass
-class Histogram:
-    buckets: tuple[float, ...] = LATENCY_BUCKETS_S
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    n: int = 0
-
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.buckets)
-
-    def observe(self, value: float) -> None:
-        self.n += 1
-        self.total += value
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
 
 
 @dataclass
@@ -39,7 +23,7 @@ class HubMetrics:
             self.errors[controller] = self.errors.get(controller, 0) + 1
 
     def observe_latency(self, dialect: str, seconds: float) -> None:
-        self.latency.setdefault(dialect, Histogram()).observe(seconds)
+        self.latency.setdefault(dialect, Histogram(LATENCY_BUCKETS_S)).observe(seconds)
 
     def render(self) -> str:
         lines = [

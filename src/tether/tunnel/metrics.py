@@ -6,29 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tether.metrics import Histogram
+
 PREFIX = "konnectivity_network_proxy"
 SERVER_DIAL_BUCKETS = (1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5)
 AGENT_DIAL_BUCKETS = (0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 30.0)
 
 Labels = tuple[tuple[str, str], ...]
-
-
-@dataclass
-class Histogram:
-    buckets: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    n: int = 0
-
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.buckets)
-
-    def observe(self, value: float) -> None:
-        self.n += 1
-        self.total += value
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
 
 
 @dataclass
