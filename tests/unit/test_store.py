@@ -55,7 +55,8 @@ async def test_watch_replays_history_then_follows_live(tmp_path: Path) -> None:
     start = store.revision
     store.create(CM, "default", "a", cm("a"))
     store.update(CM, "default", "a", cm("a", "z"))
-    watcher, history = store.watch(CM, "default", start)
+    watcher, pages = store.watch(CM, "default", start)
+    history = list(pages)
     assert [e.type for e in history] == ["ADDED", "MODIFIED"]
     assert history[1].prev is not None and history[1].prev["data"]["k"] == "a"
     store.delete(CM, "default", "a")
@@ -86,3 +87,16 @@ def test_compaction_expires_old_revisions_but_keeps_state(tmp_path: Path) -> Non
     again = Store(tmp_path / "s.db", compact_keep=10)
     assert again.get(CM, "default", "a")["data"]["k"] == "49"  # type: ignore[index]
     assert again.compacted == store.compacted
+
+
+def test_long_history_is_replayed_in_pages_in_order(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.create(CM, "default", "a", cm("a"))
+    for i in range(2_500):  # more than two pages
+        store.update(CM, "default", "a", cm("a", str(i)))
+    watcher, pages = store.watch(CM, None, 0)
+    history = list(pages)
+    assert len(history) == 2_501
+    assert [e.revision for e in history] == sorted(e.revision for e in history)
+    assert history[-1].obj["data"]["k"] == "2499" and history[-1].prev is not None
+    watcher.close()

@@ -20,6 +20,7 @@ from typing import Any
 Obj = dict[str, Any]
 
 WATCH_QUEUE_LIMIT = 10_000
+HISTORY_PAGE = 1_000
 
 
 class StoreError(Exception):
@@ -234,35 +235,44 @@ class Store:
 
     # watch -------------------------------------------------------------------------------
 
-    def watch(self, resource: str | None, namespace: str | None, since: int) -> tuple[Watcher, list[Event]]:
-        """Register a watcher and return it with the events after `since` it missed."""
+    def watch(self, resource: str | None, namespace: str | None, since: int) -> tuple[Watcher, Iterator[Event]]:
+        """Register a watcher and return it with the events after `since` it missed.
+
+        The missed events are read lazily, a page at a time, up to the revision at registration
+        (later ones reach the watcher itself): a watch from an old revision must not load its
+        whole history into memory. Compaction while the pages are read raises `Compacted`.
+        """
         if since < self.compacted:
             raise Compacted(since, self.compacted)
         watcher = Watcher(self, resource, namespace)
-        history = self._history(resource, namespace, since) if since < self.revision else []
+        history = self._history(resource, namespace, since, self.revision) if since < self.revision else iter(())
         self._watchers.add(watcher)
         return watcher, history
 
     def unwatch(self, watcher: Watcher) -> None:
         self._watchers.discard(watcher)
 
-    def _history(self, resource: str | None, namespace: str | None, since: int) -> list[Event]:
-        sql = "SELECT rv, type, resource, namespace, name, obj, prev_rv FROM log WHERE rv > ?"
-        args: list[Any] = [since]
+    def _history(self, resource: str | None, namespace: str | None, since: int, upto: int) -> Iterator[Event]:
+        sql = "SELECT rv, type, resource, namespace, name, obj, prev_rv FROM log WHERE rv > ? AND rv <= ?"
+        filters: list[Any] = []
         if resource is not None:
             sql += " AND resource = ?"
-            args.append(resource)
+            filters.append(resource)
         if namespace is not None:
             sql += " AND namespace = ?"
-            args.append(namespace)
-        sql += " ORDER BY rv"
-        rows = self._db.execute(sql, args).fetchall()
-        prev_ids = {int(r[6]) for r in rows if r[6]}
-        prevs = self._objects_at(prev_ids)
-        return [
-            Event(kind, rv, res, ns, name, json.loads(text), prevs.get(int(prev_rv)))
-            for rv, kind, res, ns, name, text, prev_rv in rows
-        ]
+            filters.append(namespace)
+        sql += f" ORDER BY rv LIMIT {HISTORY_PAGE}"
+        after = since
+        while True:
+            if after < self.compacted:
+                raise Compacted(after, self.compacted)
+            rows = self._db.execute(sql, [after, upto, *filters]).fetchall()
+            if not rows:
+                return
+            prevs = self._objects_at({int(r[6]) for r in rows if r[6]})
+            for rv, kind, res, ns, name, text, prev_rv in rows:
+                yield Event(kind, rv, res, ns, name, json.loads(text), prevs.get(int(prev_rv)))
+            after = int(rows[-1][0])
 
     def _objects_at(self, revisions: set[int]) -> dict[int, Obj]:
         if not revisions:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +74,7 @@ async def _single(line: bytes) -> AsyncIterator[bytes]:
     yield line
 
 
-async def _events(store: Store, request: WatchRequest, watcher: Watcher, history: list[Event], since: int,
+async def _events(store: Store, request: WatchRequest, watcher: Watcher, history: Iterator[Event], since: int,
                   initial: list[Obj], start_with_state: bool) -> AsyncIterator[bytes]:
     first = True
     deadline = time.monotonic() + request.timeout_s if request.timeout_s else None
@@ -89,12 +89,16 @@ async def _events(store: Store, request: WatchRequest, watcher: Watcher, history
                 mark["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
                 yield _line("BOOKMARK", mark)
         last_rv = since
-        for past in history:
-            kind = _transition(past, request.matches)
-            last_rv = past.revision
-            if kind:
-                yield _line(kind, request.render(past.obj, first))
-                first = False
+        try:
+            for past in history:
+                kind = _transition(past, request.matches)
+                last_rv = past.revision
+                if kind:
+                    yield _line(kind, request.render(past.obj, first))
+                    first = False
+        except Compacted as exc:  # compacted while a long history was being replayed
+            yield error_event(expired(str(exc)).status())
+            return
         next_bookmark = time.monotonic() + BOOKMARK_INTERVAL_S
         while True:
             now = time.monotonic()
