@@ -111,13 +111,24 @@ class Backoff:
 
 class _Target:
     def __init__(self, window: int) -> None:
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[p.Chunk | None] = asyncio.Queue()
         # The server may overshoot the window by one packet (its reads are up to 256 KiB).
         self.recv = ReceiveWindow(window or (8 * 1024 * 1024), max_chunk=1 << 20)
         self.send = SendWindow(window) if window else None
         self.credit = asyncio.Event()
         self.credit.set()
         self.closing = asyncio.Event()
+        self.writer: asyncio.StreamWriter | None = None  # set while `_downstream` runs
+
+    def write_now(self, chunk: p.Chunk) -> bool:
+        """Write straight to the target when nothing is queued and its socket has caught up
+        (what `_downstream` would do next, without waking it). False: queue it instead."""
+        writer = self.writer
+        if writer is None or not self.queue.empty() or self.closing.is_set() or writer.is_closing() \
+                or writer.transport.get_write_buffer_size():
+            return False
+        writer.write(chunk)
+        return True
 
 
 class _ServerStream:
@@ -190,7 +201,10 @@ class _ServerStream:
                 if target_or_none is not None:
                     if not target_or_none.recv.received(len(action.data)):
                         target_or_none.closing.set()  # the server overran its window
-                    target_or_none.queue.put_nowait(action.data)
+                    if target_or_none.write_now(action.data):
+                        self._target_consumed(action.connect_id, target_or_none, len(action.data))
+                    else:
+                        target_or_none.queue.put_nowait(action.data)
             elif isinstance(action, CloseTarget):
                 found = self.targets.get(action.connect_id)
                 if found is not None:
@@ -210,7 +224,7 @@ class _ServerStream:
             try:
                 host, port = split_address(address)
                 async with asyncio.timeout(self.agent.config.dial_timeout_s):
-                    reader, writer = await asyncio.open_connection(host, port)
+                    reader, writer = await asyncio.open_connection(host, port, limit=READ_CHUNK)
             except (OSError, TimeoutError, ValueError) as exc:
                 reason = "timeout" if isinstance(exc, TimeoutError) else "error"
                 self.agent.metrics.inc("endpoint_dial_failure_total", (("reason", reason),))
@@ -259,13 +273,20 @@ class _ServerStream:
             self.send(p.data(connect_id, chunk))
 
     async def _downstream(self, connect_id: int, writer: asyncio.StreamWriter, target: _Target) -> None:
-        while (chunk := await target.queue.get()) is not None:
-            writer.write(chunk)
-            await writer.drain()
-            credit = target.recv.consumed(len(chunk))
-            if credit and self.window:
-                self.send(p.window(connect_id, credit))
-        await target.closing.wait()
+        target.writer = writer
+        try:
+            while (chunk := await target.queue.get()) is not None:
+                writer.write(chunk)
+                await writer.drain()
+                self._target_consumed(connect_id, target, len(chunk))
+            await target.closing.wait()
+        finally:
+            target.writer = None
+
+    def _target_consumed(self, connect_id: int, target: _Target, n: int) -> None:
+        credit = target.recv.consumed(n)
+        if credit and self.window:
+            self.send(p.window(connect_id, credit))
 
 
 class TunnelAgent:

@@ -17,7 +17,8 @@ No I/O here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 PROXY_METHOD = "/ProxyService/Proxy"
@@ -86,11 +87,14 @@ class Drain:
     pass
 
 
+Chunk = bytes | memoryview  # a decoded DATA payload is a zero-copy view into the received message
+
+
 @dataclass(frozen=True, slots=True)
 class Data:
     connect_id: int = 0
     error: str = ""
-    data: bytes = b""
+    data: Chunk = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,9 @@ class Packet:
 
     type: int
     payload: Payload | None
+    # The received message, kept by `decode` for a DATA packet in canonical encoding, so a server
+    # forwarding the packet unchanged sends these bytes again instead of re-encoding them.
+    raw: bytes | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(payload: Payload) -> Packet:
@@ -132,10 +139,10 @@ class Packet:
 
     @property
     def type_name(self) -> str:
-        try:
-            return PacketType(self.type).name
-        except ValueError:
-            return "Unknown"
+        return _TYPE_NAMES.get(self.type, "Unknown")
+
+
+_TYPE_NAMES: dict[int, str] = {t.value: t.name for t in PacketType}
 
 
 # -- constructors, named after the packet types ------------------------------------------------
@@ -156,7 +163,7 @@ def close_rsp(connect_id: int, error: str = "") -> Packet:
     return Packet.of(CloseResponse(error, connect_id))
 
 
-def data(connect_id: int, chunk: bytes) -> Packet:
+def data(connect_id: int, chunk: Chunk) -> Packet:
     return Packet.of(Data(connect_id, "", chunk))
 
 
@@ -189,8 +196,8 @@ def _int_field(number: int, value: int) -> bytes:
     return _varint(number << 3) + _varint(value) if value else b""
 
 
-def _bytes_field(number: int, value: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(value)) + value if value else b""
+def _bytes_field(number: int, value: Chunk) -> bytes:
+    return b"".join((_varint(number << 3 | 2), _varint(len(value)), value)) if value else b""
 
 
 def _str_field(number: int, value: str) -> bytes:
@@ -218,8 +225,45 @@ def _encode_payload(payload: Payload) -> bytes:
     raise TypeError(f"not a payload: {payload!r}")
 
 
+_DATA_HEAD = b"\x08\x04\x22"  # type=DATA (field 1 varint 4), then the Data payload key (field 4)
+_DATA_CHUNK_KEY = b"\x1a"  # Data.data (field 3, length-delimited)
+_SMALL_VARINTS = tuple(_varint(i) for i in range(1 << 14))  # cached one- and two-byte varints
+
+
+def _encode_data(packet_type: int, payload: Data) -> bytes:
+    """DATA fast path: byte-identical to the generic encoder, one copy of the chunk."""
+    return encode_data_parts(payload.connect_id, (payload.data,), len(payload.data), packet_type)
+
+
+def encode_data_parts(connect_id: int, parts: Sequence[Chunk], size: int,
+                      packet_type: int = PacketType.DATA) -> bytes:
+    """The encoding of `data(connect_id, b"".join(parts))` (`size` bytes), copying each part once."""
+    cid = (b"\x08" + _varint(connect_id)) if connect_id else b""
+    if not size:
+        prefix = cid
+    elif size < 1 << 14:
+        prefix = cid + _DATA_CHUNK_KEY + _SMALL_VARINTS[size]
+    else:
+        prefix = cid + _DATA_CHUNK_KEY + _varint(size)
+    body = len(prefix) + size
+    head = _DATA_HEAD if packet_type == PacketType.DATA else _int_field(1, packet_type) + b"\x22"
+    return b"".join((head, _SMALL_VARINTS[body] if body < 1 << 14 else _varint(body), prefix, *parts))
+
+
+def serialize(message: Packet | bytes) -> bytes:
+    """gRPC request/response serializer: a Packet, or bytes already encoded (`encode_data_parts`)."""
+    if isinstance(message, bytes):
+        return message
+    return encode(message)
+
+
 def encode(packet: Packet) -> bytes:
     """Serialize a Packet. The payload is written even when empty (a present, empty oneof)."""
+    if packet.raw is not None:
+        return packet.raw
+    payload = packet.payload
+    if type(payload) is Data and not payload.error:
+        return _encode_data(packet.type, payload)
     head = _int_field(1, packet.type)
     if packet.payload is None:
         return head
@@ -323,9 +367,61 @@ def _decode_payload(number: int, buf: bytes) -> Payload | None:
     return None
 
 
+def _decode_data(buf: bytes) -> Packet | None:
+    """DATA fast path for the common shape `08 04 22 <len> {08 id} {12 err} {1a chunk}` filling
+    the whole message: the chunk is sliced out once. None: not that shape, use the generic path."""
+    end = len(buf)
+    body, pos = _read_varint(buf, 3)
+    if pos + body != end:
+        return None
+    canonical = pos - 3 == _varint_size(body)
+    last_key = 0
+    connect_id = 0
+    error: Chunk = b""
+    chunk: Chunk = b""
+    view = memoryview(buf)
+    while pos < end:
+        key = buf[pos]
+        pos += 1
+        canonical = canonical and key > last_key
+        last_key = key
+        start = pos
+        if key == 0x08:
+            value, pos = _read_varint(buf, pos)
+            connect_id = _int64(value)
+            canonical = canonical and value != 0 and pos - start == _varint_size(value)
+        elif key == 0x12 or key == 0x1A:
+            length, pos = _read_varint(buf, pos)
+            if pos + length > end:
+                raise DecodeError("truncated length-delimited field")
+            canonical = canonical and length != 0 and pos - start == _varint_size(length)
+            if key == 0x1A:
+                chunk = view[pos:pos + length]
+            else:
+                error = view[pos:pos + length]
+                canonical = False  # the encoder's fast path never writes an error
+            pos += length
+        else:
+            return None
+    try:
+        text = bytes(error).decode() if error else ""
+    except UnicodeDecodeError as exc:
+        raise DecodeError("field 2 is not UTF-8") from exc
+    raw = buf if canonical and type(buf) is bytes else None
+    return Packet(PacketType.DATA, Data(connect_id, text, chunk), raw)
+
+
+def _varint_size(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
 def decode(buf: bytes) -> Packet:
     """Parse a Packet. A known type without its payload gets the empty payload of that type; a
     payload that contradicts a known type is an error (a Go peer would crash on it)."""
+    if buf[:3] == _DATA_HEAD:
+        fast = _decode_data(buf)
+        if fast is not None:
+            return fast
     kind = 0
     payload: Payload | None = None
     for number, wire, value in _fields(buf):

@@ -320,7 +320,7 @@ class CancelDial:
 @dataclass(frozen=True, slots=True)
 class WriteTarget:
     connect_id: int
-    data: bytes
+    data: p.Chunk
 
 
 @dataclass(frozen=True, slots=True)
