@@ -394,6 +394,16 @@ class KubeClient:
         request.url = request.url.copy_with(raw_path=base + target.encode("latin-1"))
         return request
 
+    async def _send_streaming(self, request: httpx.Request, budget_s: float) -> httpx.Response:
+        """The response headers within `budget_s`; transport failures become `Unreachable`."""
+        try:
+            async with asyncio.timeout(budget_s):
+                return await self._http.send(request, stream=True)
+        except TimeoutError:
+            raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
+        except _TRANSPORT_ERRORS as exc:
+            raise self._unreachable(exc) from exc
+
     @contextlib.asynccontextmanager
     async def send_raw(self, method: str, target: str, *, headers: Sequence[tuple[str, str]] = (),
                        content: bytes | None = None, timeout_s: float | None = None,
@@ -404,13 +414,7 @@ class KubeClient:
         bounds getting the response headers, `idle_timeout_s` each read of the body."""
         budget_s = self.timeout_s if timeout_s is None else timeout_s
         request = self._raw_request(method, target, headers, content, budget_s, idle_timeout_s)
-        try:
-            async with asyncio.timeout(budget_s):
-                response = await self._http.send(request, stream=True)
-        except TimeoutError:
-            raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
-        except _TRANSPORT_ERRORS as exc:
-            raise self._unreachable(exc) from exc
+        response = await self._send_streaming(request, budget_s)
         try:
             yield RawStream(self, response)
         finally:
@@ -426,13 +430,7 @@ class KubeClient:
         body (at most `body_limit` bytes) and no stream."""
         budget_s = self.timeout_s if timeout_s is None else timeout_s
         request = self._raw_request(method, target, headers, None, budget_s, None)
-        try:
-            async with asyncio.timeout(budget_s):
-                response = await self._http.send(request, stream=True)
-        except TimeoutError:
-            raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
-        except _TRANSPORT_ERRORS as exc:
-            raise self._unreachable(exc) from exc
+        response = await self._send_streaming(request, budget_s)
         try:
             if response.status_code == 101:
                 network = response.extensions.get("network_stream")
