@@ -456,6 +456,15 @@ def _is_running(pod: Obj, container: str) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+def _stream_target(store: Store, request: Request, rt: ResourceType, namespace: str, name: str,
+                   verb: str) -> tuple[Obj, Obj]:
+    """The pod and the running container an exec or attach request is for (or a 4xx Status)."""
+    if request.method not in ("GET", "POST"):
+        raise ApiError(405, "MethodNotAllowed", f"pods/{verb} supports GET and POST only")
+    pod = get_pod(store, rt, namespace, name)
+    return pod, running_container(pod, request.param("container"), verb)
+
+
 class ExecServer:
     """`pods/exec`: run `command` with the container's env in the pod's directory."""
 
@@ -465,10 +474,7 @@ class ExecServer:
 
     async def __call__(self, request: Request, rt: ResourceType, namespace: str, name: str,
                        rest: str) -> Reply:
-        if request.method not in ("GET", "POST"):
-            raise ApiError(405, "MethodNotAllowed", "pods/exec supports GET and POST only")
-        pod = get_pod(self.store, rt, namespace, name)
-        container = running_container(pod, request.param("container"), "exec")
+        pod, container = _stream_target(self.store, request, rt, namespace, name, "exec")
         command = request.params("command")
         if not command or not command[0]:
             raise bad_request("you must specify at least 1 command")
@@ -684,10 +690,7 @@ class AttachServer:
 
     async def __call__(self, request: Request, rt: ResourceType, namespace: str, name: str,
                        rest: str) -> Reply:
-        if request.method not in ("GET", "POST"):
-            raise ApiError(405, "MethodNotAllowed", "pods/attach supports GET and POST only")
-        pod = get_pod(self.store, rt, namespace, name)
-        container = running_container(pod, request.param("container"), "attach")
+        pod, container = _stream_target(self.store, request, rt, namespace, name, "attach")
         options = StreamOptions.of(request)
         uid = pod["metadata"]["uid"]
         attachment = self.kubelet.attachments.get((uid, container["name"]))
