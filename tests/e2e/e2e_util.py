@@ -56,18 +56,15 @@ def poll(check: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0
     raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
-class Streamed:
-    """A long-running kubectl (get -w, delete, wait) whose stdout lines are collected as they come."""
+class Collected:
+    """A long-running process whose output lines are collected as they come (stderr too when
+    `merge_stderr`, else kept apart for `finish`)."""
 
-    def __init__(self, clusters: Any, *args: str, context: str | None = None) -> None:
-        ctx = context or clusters.names[0]
-        env = dict(os.environ)
-        env["KUBECACHEDIR"] = str(clusters.cache_root / ctx)
-        env["KUBECONFIG"] = str(clusters.kubeconfig)
+    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, merge_stderr: bool = False) -> None:
         self.proc = subprocess.Popen(
-            [kubectl_binary(), "--context", ctx, *args],
+            args,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             text=True,
             env=env,
         )
@@ -88,9 +85,12 @@ class Streamed:
 
     def wait_for_line(self, predicate: Callable[[str], bool], *, timeout: float = 10.0) -> str:
         def found() -> str | None:
+            if self.proc.poll() is not None and not any(predicate(x) for x in self.snapshot()):
+                raise AssertionError(f"exited {self.proc.returncode}: {self.snapshot()}")
             return next((line for line in self.snapshot() if predicate(line)), None)
 
-        result: str = poll(found, timeout=timeout, what=f"a matching output line (have {self.snapshot()})")
+        result: str = poll(found, timeout=timeout, interval=0.1,
+                           what=f"a matching output line (have {self.snapshot()})")
         return result
 
     def finish(self, timeout: float = 15.0) -> tuple[int, str, str]:
@@ -101,8 +101,8 @@ class Streamed:
             self.stop()
             raise
         self._reader.join(timeout=5)
-        assert self.proc.stderr is not None
-        return code, "\n".join(self.snapshot()), self.proc.stderr.read()
+        stderr = self.proc.stderr.read() if self.proc.stderr is not None else ""
+        return code, "\n".join(self.snapshot()), stderr
 
     def running(self) -> bool:
         return self.proc.poll() is None
@@ -111,17 +111,28 @@ class Streamed:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout=10)
         self._reader.join(timeout=5)
 
-    def __enter__(self) -> Streamed:
+    def __enter__(self) -> Collected:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class Streamed(Collected):
+    """A long-running kubectl (get -w, delete, wait) on the shared clusters."""
+
+    def __init__(self, clusters: Any, *args: str, context: str | None = None) -> None:
+        ctx = context or clusters.names[0]
+        env = dict(os.environ)
+        env["KUBECACHEDIR"] = str(clusters.cache_root / ctx)
+        env["KUBECONFIG"] = str(clusters.kubeconfig)
+        super().__init__([kubectl_binary(), "--context", ctx, *args], env=env)
 
 
 def kubectl_binary() -> str:

@@ -18,7 +18,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from e2e_util import kubectl_binary, poll
+from e2e_util import Collected, kubectl_binary, poll
 
 pytestmark = pytest.mark.e2e
 
@@ -52,51 +51,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class Proc:
+class Proc(Collected):
     """A long-running process whose output lines (stdout and stderr) are collected."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env)
-        self.lines: list[str] = []
-        self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._lock:
-                self.lines.append(line.rstrip("\n"))
-
-    def snapshot(self) -> list[str]:
-        with self._lock:
-            return list(self.lines)
+        super().__init__(args, env=env, merge_stderr=True)
 
     def wait_for(self, predicate: Callable[[str], bool], *, timeout: float = 15.0) -> str:
-        def found() -> str | None:
-            if self.proc.poll() is not None and not any(predicate(x) for x in self.snapshot()):
-                raise AssertionError(f"exited {self.proc.returncode}: {self.snapshot()}")
-            return next((line for line in self.snapshot() if predicate(line)), None)
-
-        line: str = poll(found, timeout=timeout, interval=0.1, what=f"a line (have {self.snapshot()})")
-        return line
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._reader.join(timeout=5)
-
-    def __enter__(self) -> Proc:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return self.wait_for_line(predicate, timeout=timeout)
 
 
 @dataclass
