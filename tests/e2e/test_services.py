@@ -16,11 +16,11 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import e2e_util
 import pytest
 
 from tether.local.network import ClusterNetwork
@@ -62,14 +62,8 @@ class Cluster:
 
 
 def poll(check: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+    return e2e_util.poll(check, timeout=timeout, interval=0.2, what=what)
+
 
 
 @pytest.fixture(scope="module")
