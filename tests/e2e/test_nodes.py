@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from e2e_util import manifest, poll, root_conftest, unique
 
+from tether.local.network import ClusterNetwork
+
 pytestmark = pytest.mark.e2e
 
 _root = root_conftest()
@@ -85,7 +87,7 @@ def scheduled(c: Clusters, ns: str, name: str) -> dict[str, Any] | None:
 def _pods_octet(c1: Clusters) -> int:
     """The second octet of the cluster's pod range: its address index is claimed machine-wide."""
     network = json.loads((c1.data_dir / "clusters" / "c1" / "network.json").read_text())
-    return 16 + int(network["index"])
+    return ClusterNetwork.rootless(int(network["index"])).pod_cidr.network_address.packed[1]
 
 
 def test_four_ready_nodes_with_internal_ips_and_leases(c1: Clusters) -> None:

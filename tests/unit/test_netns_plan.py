@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from tether.local.netns import FabricPlan, HostFabric, NetnsError, fabric_for, owned_namespace
-from tether.local.network import MAX_CLUSTERS, ClusterNetwork, NetworkError, choose_mode
+from tether.local.network import MAX_NETNS_CLUSTERS, ClusterNetwork, NetworkError, choose_mode
 
 
 def test_netns_ranges_never_overlap_between_clusters_or_kinds() -> None:
     ranges: list[ipaddress.IPv4Network] = []
-    for i in range(MAX_CLUSTERS):
+    for i in range(MAX_NETNS_CLUSTERS):
         net = ClusterNetwork.netns(i)
         assert net.fabric_cidr is not None
         ranges += [net.pod_cidr, net.service_cidr, net.fabric_cidr]

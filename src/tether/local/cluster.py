@@ -74,7 +74,7 @@ class LocalCluster:
         )
         self.ops.token_review = self.api.check_token
         mode = choose_mode(config.data_dir, config.netns)
-        self._index = claim_index(self._preferred_index())
+        self._index = claim_index(self._preferred_index(), mode=mode)  # netns: an index < 32
         self.network = ClusterNetwork.of(self._index.index, mode)
         # Where cluster addresses live (host loopback or namespaces): every part that binds or
         # dials one goes through it.

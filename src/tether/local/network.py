@@ -1,14 +1,23 @@
 """Address plan of a local cluster: pod and service ranges that never overlap between clusters.
 
 Rootless mode uses 127.0.0.0/8, which Linux routes to the loopback device in full, so processes
-bind any of those addresses without privileges: cluster i gets pods in 127.(16+i).0.0/16 (one
-/24 per node) and services in 127.(64+i).0.0/16.
+bind any of those addresses without privileges. Cluster i (0 <= i < 96) is in block b = i // 48
+at slot j = i % 48: pods in 127.(16+96b+j).0.0/16 (one /24 per node) and services in
+127.(64+96b+j).0.0/16. Block 0 (i < 48) is the original plan, pods 127.16-63 and services
+127.64-111, unchanged: a cluster keeps its index across restarts (network.json), and its Services
+and pods hold addresses of its ranges, so an index must always map to the same ranges. Block 1
+(48 <= i < 96) takes the next free octets: pods 127.112-159, services 127.160-207. 127.0.0.0/16
+(127.0.0.1 and friends, used by everything else) and 127.208.0.0 and above stay untouched.
 
 Netns mode (`tether local up --netns`, root) uses private ranges that exist only inside the
 cluster's network namespaces (see `tether.local.netns`): pods in 10.(16+i).0.0/16 (node k gets
 10.(16+i).(k+1).0/24), services in 10.(96+i).0.0/16, and a fabric 10.(128+i).0.0/24 that links
-the nodes: the router namespace has .1, node k has .(k+2), its InternalIP. With i < 32 the
-three kinds of range never meet, and no two clusters share one.
+the nodes: the router namespace has .1, node k has .(k+2), its InternalIP. With i < 32
+(MAX_NETNS_CLUSTERS) the three kinds of range never meet, and no two clusters share one; a
+netns cluster therefore claims an index below 32, a rootless one any index below 96.
+
+Both modes share one index space (the machine-wide claims below), so a netns cluster and a
+rootless cluster never hold the same index.
 """
 
 from __future__ import annotations
@@ -22,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-MAX_CLUSTERS = 32
+MAX_CLUSTERS = 96  # indexes 0..95: the rootless limit, and the whole index space
+MAX_NETNS_CLUSTERS = 32  # netns mode: indexes 0..31 (10.x ranges above would collide)
+ROOTLESS_BLOCK = 48  # rootless indexes per block of 127.x octets (see the module docstring)
 MAX_NODES = 250
 ROOTLESS = "rootless"
 NETNS = "netns"
@@ -43,16 +54,19 @@ class ClusterNetwork:
 
     @classmethod
     def rootless(cls, index: int) -> ClusterNetwork:
-        _check_index(index)
+        _check_index(index, ROOTLESS)
+        block, slot = divmod(index, ROOTLESS_BLOCK)
+        pods = 16 + 2 * ROOTLESS_BLOCK * block + slot  # block 0: 16..63, block 1: 112..159
+        services = pods + ROOTLESS_BLOCK  # block 0: 64..111, block 1: 160..207
         return cls(
             index=index,
-            pod_cidr=ipaddress.IPv4Network(f"127.{16 + index}.0.0/16"),
-            service_cidr=ipaddress.IPv4Network(f"127.{64 + index}.0.0/16"),
+            pod_cidr=ipaddress.IPv4Network(f"127.{pods}.0.0/16"),
+            service_cidr=ipaddress.IPv4Network(f"127.{services}.0.0/16"),
         )
 
     @classmethod
     def netns(cls, index: int) -> ClusterNetwork:
-        _check_index(index)
+        _check_index(index, NETNS)
         return cls(
             index=index,
             pod_cidr=ipaddress.IPv4Network(f"10.{16 + index}.0.0/16"),
@@ -98,9 +112,18 @@ class ClusterNetwork:
         return str(self.service_cidr.network_address + 10)
 
 
-def _check_index(index: int) -> None:
-    if not 0 <= index < MAX_CLUSTERS:
-        raise NetworkError(f"cluster index {index} is outside 0..{MAX_CLUSTERS - 1}")
+def max_clusters(mode: str) -> int:
+    """How many cluster indexes `mode` can use: indexes 0..max_clusters(mode) - 1."""
+    if mode not in MODES:
+        raise NetworkError(f"network mode {mode!r} is not one of {', '.join(MODES)}")
+    return MAX_NETNS_CLUSTERS if mode == NETNS else MAX_CLUSTERS
+
+
+def _check_index(index: int, mode: str) -> None:
+    limit = max_clusters(mode)
+    if not 0 <= index < limit:
+        raise NetworkError(f"cluster index {index} is outside 0..{limit - 1} ({mode} mode has {limit} "
+                           f"address ranges)")
 
 
 def persisted_mode(data_dir: Path) -> str | None:
@@ -161,17 +184,30 @@ def try_claim(index: int, lock_dir: Path = LOCK_DIR) -> IndexClaim | None:
     return IndexClaim(index, handle)
 
 
-def claim_index(preferred: int | None, lock_dir: Path = LOCK_DIR) -> IndexClaim:
+def claim_index(preferred: int | None, lock_dir: Path = LOCK_DIR, mode: str = ROOTLESS) -> IndexClaim:
+    """Claim an index `mode` can use: `preferred` (the one a restarted cluster had) if it is
+    free and valid for the mode, else the lowest free one."""
+    limit = max_clusters(mode)
     lock_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
         lock_dir.chmod(0o1777)  # shared by every user's clusters on this machine
-    order = ([preferred] if preferred is not None else []) + [i for i in range(MAX_CLUSTERS) if i != preferred]
-    for index in order:
-        handle = (lock_dir / f"cluster-{index}.lock").open("ab")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            continue
-        return IndexClaim(index, handle)
-    raise NetworkError(f"all {MAX_CLUSTERS} local cluster address ranges are in use on this machine")
+    first = [preferred] if preferred is not None and 0 <= preferred < limit else []
+    for index in first + [i for i in range(limit) if i != preferred]:
+        claim = try_claim(index, lock_dir)
+        if claim is not None:
+            return claim
+    other = "" if mode == ROOTLESS else f", or start this one without --netns ({MAX_CLUSTERS} rootless ranges)"
+    raise NetworkError(f"all {limit} {mode}-mode local cluster address ranges (indexes 0..{limit - 1}) are in "
+                       f"use on this machine: stop a local cluster with `tether local down`{other}")
+
+
+def free_indexes(mode: str = ROOTLESS, lock_dir: Path = LOCK_DIR) -> list[int]:
+    """The indexes `mode` can use that no running cluster holds now (a snapshot: another
+    cluster may claim one at any moment)."""
+    free: list[int] = []
+    for index in range(max_clusters(mode)):
+        claim = try_claim(index, lock_dir)
+        if claim is not None:
+            free.append(index)
+            claim.release()
+    return free
