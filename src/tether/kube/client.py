@@ -19,6 +19,7 @@ import logging
 import random
 import ssl
 import time
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from tether.kube.errors import (
     Unreachable,
     error_from_status,
 )
+from tether.kube.http1 import Answer, ConnectionPool, TransportError
 from tether.kube.transport import ConnectOptions, build_transport
 
 if TYPE_CHECKING:
@@ -229,12 +231,16 @@ class KubeClient:
         headers = {"User-Agent": "tether", "Accept": "application/json"}
         if credentials.token:
             headers["Authorization"] = f"Bearer {credentials.token}"
+        self._headers = headers
         self._http = httpx.AsyncClient(
             base_url=credentials.server,
             headers=headers,
             timeout=timeout_s,
             transport=build_transport(credentials, self.connect),
         )
+        # request/response calls go through the lean client unless a proxy or a foreign
+        # network backend is configured (those stay on httpcore, which speaks both)
+        self._base_path, self._direct = _direct_pool(credentials, self.connect)
         self._discovery: dict[str, dict[str, Resource]] = {}
         self._discovery_generation: dict[str, int] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}
@@ -257,6 +263,8 @@ class KubeClient:
         await self.close()
 
     async def close(self) -> None:
+        if self._direct is not None:
+            await self._direct.close()
         await self._http.aclose()
 
     # transport ---------------------------------------------------------------------------
@@ -267,33 +275,43 @@ class KubeClient:
             detail += f" (via proxy {self.credentials.proxy_display})"
         return Unreachable(self.server, detail, request_sent=not isinstance(exc, _NOT_SENT))
 
-    def _error(self, response: httpx.Response, content: bytes) -> KubeError:
+    def _error(self, answer: Answer) -> KubeError:
         try:
-            payload = json.loads(content)
+            payload = json.loads(answer.body)
         except ValueError:
             payload = None
         if not isinstance(payload, dict) or payload.get("kind") != "Status":
-            text = content.decode(errors="replace").strip()[:300]
-            payload = {"code": response.status_code, "message": text or response.reason_phrase}
-        return error_from_status(payload, http_code=response.status_code,
-                                 retry_after_s=_retry_after_s(response.headers.get("Retry-After")))
+            text = answer.body.decode(errors="replace").strip()[:300]
+            payload = {"code": answer.status, "message": text or answer.reason}
+        return error_from_status(payload, http_code=answer.status,
+                                 retry_after_s=_retry_after_s(answer.header("Retry-After")))
 
     def _timeout(self, budget_s: float, read_s: float | None) -> httpx.Timeout:
         return httpx.Timeout(connect=min(budget_s, self.connect.connect_timeout_s), read=read_s,
                              write=budget_s, pool=budget_s)
 
     async def _once(self, method: str, path: str, *, content: bytes | None, headers: dict[str, str],
-                    params: Mapping[str, str] | None, budget_s: float) -> tuple[httpx.Response, bytes]:
+                    params: Mapping[str, str] | None, budget_s: float) -> Answer:
         try:
             async with asyncio.timeout(budget_s):
-                response = await self._http.request(method, path, content=content, headers=headers,
-                                                    params=params, timeout=self._timeout(budget_s, budget_s))
+                if self._direct is not None:
+                    target = self._base_path + path
+                    if params:
+                        target += ("&" if "?" in target else "?") + urllib.parse.urlencode(params)
+                    answer = await self._direct.request(
+                        method, target, list({**self._headers, **headers}.items()), content)
+                else:
+                    response = await self._http.request(method, path, content=content, headers=headers,
+                                                        params=params, timeout=self._timeout(budget_s, budget_s))
+                    answer = _answer_of(response, response.content)
         except TimeoutError:
             raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
+        except TransportError as exc:
+            raise Unreachable(self.server, str(exc), request_sent=exc.sent) from exc
         except _TRANSPORT_ERRORS as exc:
             raise self._unreachable(exc) from exc
-        log.debug("%s %s -> %d", method, path, response.status_code)
-        return response, response.content
+        log.debug("%s %s -> %d", method, path, answer.status)
+        return answer
 
     async def request(self, method: str, path: str, *, body: Any = None,
                       content_type: str = "application/json", params: Mapping[str, str] | None = None,
@@ -315,16 +333,16 @@ class KubeClient:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise Unreachable(self.server, f"no answer within {budget_s:.1f}s")
-                response, raw = await self._once(method, path, content=content, headers=headers,
-                                                 params=params, budget_s=left)
-                if response.status_code >= 400:
-                    raise self._error(response, raw)
-                if not raw:
+                answer = await self._once(method, path, content=content, headers=headers,
+                                          params=params, budget_s=left)
+                if answer.status >= 400:
+                    raise self._error(answer)
+                if not answer.body:
                     return {}
                 try:
-                    payload = json.loads(raw)
+                    payload = json.loads(answer.body)
                 except ValueError:
-                    raise ServerError(response.status_code, "InvalidResponse",
+                    raise ServerError(answer.status, "InvalidResponse",
                                       f"{self.server}{path}: the answer is not JSON") from None
                 return payload if isinstance(payload, dict) else {"items": payload}
             except KubeError as exc:
@@ -376,7 +394,7 @@ class KubeClient:
                         raw = await response.aread()
                 except (TimeoutError, *_TRANSPORT_ERRORS):
                     raw = b""
-                raise self._error(response, raw)
+                raise self._error(_answer_of(response, raw))
             yield RawStream(self, response)
         finally:
             with contextlib.suppress(*_TRANSPORT_ERRORS):
@@ -665,12 +683,36 @@ class KubeClient:
         deadline = time.monotonic() + timeout_s
         for candidate in (path, "/healthz") if path == "/readyz" else (path,):
             left = max(0.001, deadline - time.monotonic())
-            response, raw = await self._once("GET", candidate, content=None, headers={"Accept": "*/*"},
-                                             params=None, budget_s=left)
-            if response.status_code == 404 and candidate != "/healthz" and path == "/readyz":
+            answer = await self._once("GET", candidate, content=None, headers={"Accept": "*/*"},
+                                      params=None, budget_s=left)
+            if answer.status == 404 and candidate != "/healthz" and path == "/readyz":
                 continue
-            return response.status_code, raw.decode(errors="replace")
+            return answer.status, answer.body.decode(errors="replace")
         return 404, ""
+
+
+def _direct_pool(credentials: ClusterCredentials, options: ConnectOptions) -> tuple[str, ConnectionPool | None]:
+    """The server URL's path prefix and a lean pool for it, or no pool when a proxy or a
+    foreign network backend must carry the connection."""
+    url = urllib.parse.urlsplit(credentials.server)
+    base_path = url.path.rstrip("/")
+    if credentials.proxy_url or options.network_backend is not None or url.scheme not in ("http", "https"):
+        return base_path, None
+    context = credentials.ssl_context()
+    return base_path, ConnectionPool(
+        url.hostname or "localhost", url.port or (443 if url.scheme == "https" else 80),
+        ssl_context=context if isinstance(context, ssl.SSLContext) else None,
+        dialer=options.dialer, max_connections=options.max_connections,
+        max_idle=options.max_keepalive_connections, keepalive_expiry_s=options.keepalive_expiry_s,
+        connect_timeout_s=options.connect_timeout_s)
+
+
+def _answer_of(response: httpx.Response, body: bytes) -> Answer:
+    headers: dict[str, str] = {}
+    for name, value in response.headers.multi_items():
+        key = name.lower()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return Answer(response.status_code, response.reason_phrase, headers, body, keep_alive=True)
 
 
 def _retry_after_s(value: str | None) -> float | None:

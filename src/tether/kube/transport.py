@@ -1,7 +1,9 @@
 """How bytes reach a cluster: direct TCP, an HTTP CONNECT proxy, or a pluggable dialer.
 
-The client always talks HTTP through httpcore's connection pool. What varies is the network
-backend underneath it, so a tunnel can carry a cluster's traffic later without any change above
+Request/response calls go through the lean pool in `http1.py` whenever the connection is
+direct or comes from a dialer; streams (watch, logs, raw pass-through, upgrades) and every call
+through a proxy or a foreign network backend go through httpcore's pool built here. What varies
+is how a connection is made, so a tunnel can carry a cluster's traffic without any change above
 this module:
 
 - `ConnectOptions()` dials TCP directly (httpcore's default backend).
