@@ -308,6 +308,9 @@ class ApiServer:
     def _object_response(self, request: Request, rt: ResourceType, code: int, obj: Obj) -> Response:
         if self._wants_table(request) and code == 200 and request.method == "GET":
             return _json(code, self._table(request, rt, [obj], resource_version=obj["metadata"].get("resourceVersion", "")))
+        text = self.ops.store.encoded(obj)  # a write's answer: the JSON the store just wrote
+        if text is not None:
+            return Response(code, text.encode())
         return _json(code, obj)
 
     def _table(self, request: Request, rt: ResourceType, items: list[Obj], *, resource_version: str,

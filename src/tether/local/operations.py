@@ -333,7 +333,10 @@ class Operations:
 
     def _merge_owned_parts(self, rt: ResourceType, current: Obj, new: Obj, subresource: str) -> Obj:
         if subresource == "status":
-            merged = copy.deepcopy(current)
+            # Stored objects are never mutated, so the parts a status write keeps are shared with
+            # `current`; only the top level and metadata (written below) are copied.
+            merged = dict(current)
+            merged["metadata"] = dict(current["metadata"])
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -367,8 +370,14 @@ class Operations:
         try:
             if patch_type == "application/json-patch+json":
                 patched = patching.apply_json_patch(copy.deepcopy(current), document)
+            elif patch_type == "application/merge-patch+json" and subresource == "status":
+                # Only the patched status is kept (_merge_owned_parts), and nothing below
+                # mutates it: share what the patch leaves alone with the stored object.
+                patched = patching.merge_patch_shared(current, document)
+                if isinstance(patched, dict) and isinstance(patched.get("metadata"), dict):
+                    patched["metadata"] = dict(patched["metadata"])  # _check_type/_place write here
             elif patch_type == "application/merge-patch+json":
-                patched = patching.apply_merge_patch(copy.deepcopy(current), document)
+                patched = patching.apply_merge_patch(current, document)  # copies; current stays
             else:
                 merge_schema = None if rt.crd else patching.merge_schema_for(rt.group, rt.kind)
                 if merge_schema is None:

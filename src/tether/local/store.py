@@ -55,6 +55,9 @@ class Event:
     name: str
     obj: Obj
     prev: Obj | None
+    # `obj` as compact JSON (what the log row holds), so watch streams need not encode it again;
+    # "" when unknown. Stored objects are never mutated, so it stays true.
+    text: str = ""
 
 
 class WatchOverflow(StoreError):
@@ -133,6 +136,8 @@ class Store:
         self.compact_keep = compact_keep
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._watchers: set[Watcher] = set()
+        # The object of the latest write with its JSON, so the write's response reuses it.
+        self._last_written: tuple[Obj, str] | None = None
         self.revision = 0
         self.compacted = 0
         self._load()
@@ -179,15 +184,23 @@ class Store:
 
     # writes ------------------------------------------------------------------------------
 
-    def _append(self, event_type: str, resource: str, namespace: str, name: str, obj: Obj, prev_rv: int) -> int:
+    def _append(self, event_type: str, resource: str, namespace: str, name: str, obj: Obj,
+                prev_rv: int) -> tuple[int, str]:
         rv = self.revision + 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
+        text = _encode(obj)
         self._db.execute(
             "INSERT INTO log (rv, resource, namespace, name, type, obj, prev_rv) VALUES (?,?,?,?,?,?,?)",
-            (rv, resource, namespace, name, event_type, _encode(obj), prev_rv),
+            (rv, resource, namespace, name, event_type, text, prev_rv),
         )
         self.revision = rv
-        return rv
+        self._last_written = (obj, text)
+        return rv, text
+
+    def encoded(self, obj: Obj) -> str | None:
+        """`obj` as compact JSON when it is the object the latest write stored, else None."""
+        last = self._last_written
+        return last[1] if last is not None and last[0] is obj else None
 
     def _notify(self, event: Event) -> None:
         for watcher in list(self._watchers):
@@ -198,9 +211,9 @@ class Store:
         bucket = self._objects.setdefault(resource, {})
         if (namespace, name) in bucket:
             raise KeyExists(name)
-        rv = self._append("ADDED", resource, namespace, name, obj, 0)
+        rv, text = self._append("ADDED", resource, namespace, name, obj, 0)
         bucket[(namespace, name)] = obj
-        self._notify(Event("ADDED", rv, resource, namespace, name, obj, None))
+        self._notify(Event("ADDED", rv, resource, namespace, name, obj, None, text))
         self._maybe_compact()
         return obj
 
@@ -212,9 +225,9 @@ class Store:
         prev_rv = int(prev["metadata"]["resourceVersion"])
         if expect_rv is not None and expect_rv != str(prev_rv):
             raise RevisionMismatch(name)
-        rv = self._append("MODIFIED", resource, namespace, name, obj, prev_rv)
+        rv, text = self._append("MODIFIED", resource, namespace, name, obj, prev_rv)
         bucket[(namespace, name)] = obj
-        self._notify(Event("MODIFIED", rv, resource, namespace, name, obj, prev))
+        self._notify(Event("MODIFIED", rv, resource, namespace, name, obj, prev, text))
         self._maybe_compact()
         return obj
 
@@ -227,9 +240,9 @@ class Store:
         if expect_rv is not None and expect_rv != str(prev_rv):
             raise RevisionMismatch(name)
         final: Obj = json.loads(_encode(prev))
-        rv = self._append("DELETED", resource, namespace, name, final, prev_rv)
+        rv, text = self._append("DELETED", resource, namespace, name, final, prev_rv)
         del bucket[(namespace, name)]
-        self._notify(Event("DELETED", rv, resource, namespace, name, final, prev))
+        self._notify(Event("DELETED", rv, resource, namespace, name, final, prev, text))
         self._maybe_compact()
         return final
 
@@ -271,7 +284,7 @@ class Store:
                 return
             prevs = self._objects_at({int(r[6]) for r in rows if r[6]})
             for rv, kind, res, ns, name, text, prev_rv in rows:
-                yield Event(kind, rv, res, ns, name, json.loads(text), prevs.get(int(prev_rv)))
+                yield Event(kind, rv, res, ns, name, json.loads(text), prevs.get(int(prev_rv)), text)
             after = int(rows[-1][0])
 
     def _objects_at(self, revisions: set[int]) -> dict[int, Obj]:

@@ -33,6 +33,14 @@ def _line(event_type: str, obj: Obj) -> bytes:
     return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
+def _event_line(event_type: str, event: Event, rendered: Obj) -> bytes:
+    """`_line(event_type, rendered)`, reusing the event's JSON when `rendered` is its object: one
+    write fans out to every watcher, and each would encode the same object again."""
+    if rendered is event.obj and event.text:
+        return b'{"type":"%s","object":%s}\n' % (event_type.encode(), event.text.encode())
+    return _line(event_type, rendered)
+
+
 def _transition(event: Event, matches: Callable[[Obj], bool]) -> str | None:
     """What a watcher with a selector sees for this event (cacher semantics)."""
     now = matches(event.obj)
@@ -94,7 +102,7 @@ async def _events(store: Store, request: WatchRequest, watcher: Watcher, history
                 kind = _transition(past, request.matches)
                 last_rv = past.revision
                 if kind:
-                    yield _line(kind, request.render(past.obj, first))
+                    yield _event_line(kind, past, request.render(past.obj, first))
                     first = False
         except Compacted as exc:  # compacted while a long history was being replayed
             yield error_event(expired(str(exc)).status())
@@ -125,7 +133,7 @@ async def _events(store: Store, request: WatchRequest, watcher: Watcher, history
             last_rv = event.revision
             kind = _transition(event, request.matches)
             if kind:
-                yield _line(kind, request.render(event.obj, first))
+                yield _event_line(kind, event, request.render(event.obj, first))
                 first = False
     finally:
         watcher.close()

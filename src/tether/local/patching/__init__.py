@@ -2,6 +2,7 @@
 
 apply_json_patch             application/json-patch+json (RFC 6902)
 apply_merge_patch            application/merge-patch+json (RFC 7386)
+merge_patch_shared           the same, sharing what the patch leaves alone (read-only documents)
 apply_strategic_merge_patch  application/strategic-merge-patch+json (built-in kinds only)
 server_side_apply            application/apply-patch+yaml, with managedFields and conflicts
 record_update                managedFields bookkeeping for every other write
@@ -17,7 +18,7 @@ from tether.local.patching.managedfields import (
     server_side_apply,
     to_fields_v1,
 )
-from tether.local.patching.mergepatch import apply_merge_patch
+from tether.local.patching.mergepatch import apply_merge_patch, merge_patch_shared
 from tether.local.patching.strategic import (
     MergeSchema,
     apply_strategic_merge_patch,
@@ -36,6 +37,7 @@ __all__ = [
     "apply_strategic_merge_patch",
     "fieldset_of",
     "from_fields_v1",
+    "merge_patch_shared",
     "merge_schema_for",
     "record_update",
     "server_side_apply",

@@ -87,6 +87,44 @@ def compare(
     return added, modified, removed
 
 
+def diff(old: dict[str, Any], new: dict[str, Any], schema: MergeSchema) -> tuple[FieldSet, FieldSet, FieldSet]:
+    """`compare(walk(old, schema), walk(new, schema))` (both managed views), without walking the
+    values `old` and `new` share: the same object on both sides holds no difference, and a
+    non-empty map on both sides is only walked into (it is never compared as a whole)."""
+    old_nodes: dict[FieldPath, Node] = {}
+    new_nodes: dict[FieldPath, Node] = {}
+    _diff_fields(old, new, (), schema, old_nodes, new_nodes)
+    return compare(old_nodes, new_nodes)
+
+
+def _diff_fields(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    path: FieldPath,
+    schema: MergeSchema,
+    old_nodes: dict[FieldPath, Node],
+    new_nodes: dict[FieldPath, Node],
+) -> None:
+    for key, value in new.items():
+        child_path = (*path, f"f:{key}")
+        child = schema.child(key)
+        struct = schema.has_child(key) or (not path and key == "metadata")
+        if key in old:
+            before = old[key]
+            if before is value:
+                continue
+            if (isinstance(before, dict) and before and isinstance(value, dict) and value
+                    and not child.atomic_map):
+                _diff_fields(before, value, child_path, child, old_nodes, new_nodes)
+                continue
+            _walk_value(before, child_path, child, old_nodes, struct=struct)
+        _walk_value(value, child_path, child, new_nodes, struct=struct)
+    for key, before in old.items():
+        if key not in new:
+            struct = schema.has_child(key) or (not path and key == "metadata")
+            _walk_value(before, (*path, f"f:{key}"), schema.child(key), old_nodes, struct=struct)
+
+
 def _created_as_value(node: Node) -> bool:
     return node.member or (isinstance(node.value, dict) and not node.struct)
 

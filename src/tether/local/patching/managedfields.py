@@ -19,6 +19,7 @@ from tether.local.patching.fieldsets import (
     FieldPath,
     FieldSet,
     compare,
+    diff,
     fieldset_of,
     from_fields_v1,
     item_element,
@@ -113,11 +114,13 @@ def server_side_apply(
     previous = next((e for e in entries if e.identity == mine.identity), None)
 
     merged: dict[str, Any] = _merge(copy.deepcopy(current), config, root)
-    added, modified, _ = compare(
-        walk(managed_view(current), root), walk(managed_view(merged), root)
-    )
-    changed = added | modified
     others = [e for e in entries if e.identity != mine.identity]
+    changed: FieldSet = _EMPTY
+    if others:  # what the apply changed only matters to the fields of other managers
+        added, modified, _ = compare(
+            walk(managed_view(current), root), walk(managed_view(merged), root)
+        )
+        changed = added | modified
     conflicts = _conflicts(others, changed)
     if conflicts and not force:
         raise ApplyConflictError(conflicts)
@@ -143,9 +146,18 @@ def record_update(
     """Return `new` with managedFields crediting `manager` for what this write changed.
 
     Fields the write changed move from their previous owners to `manager`, as on a real
-    server. A body without managedFields keeps the stored ones.
+    server. A body without managedFields keeps the stored ones. The result shares with `new`
+    only values that are also in `old` (the same objects, as when `new` was built from a stored,
+    read-only `old`); everything else is copied.
     """
-    result = copy.deepcopy(new)
+    if old is None or new is old:
+        result = copy.deepcopy(new)
+    else:
+        result = _copy_unshared(new, old)
+        result_meta = result.get("metadata")
+        shared_meta = result_meta is old.get("metadata")
+        if shared_meta and isinstance(result_meta, dict):
+            result["metadata"] = dict(result_meta)  # managedFields are written into it
     if not manager:
         return result  # nobody to credit; leave whatever the body says
     metadata = result.get("metadata")
@@ -153,9 +165,7 @@ def record_update(
     entries = _read_entries(result if sent_fields or old is None else old)
 
     root = schema or UNTYPED
-    added, modified, removed = compare(
-        walk(managed_view(old or {}), root), walk(managed_view(result), root)
-    )
+    added, modified, removed = diff(managed_view(old or {}), managed_view(result), root)
     changed = added | modified
     identity = (manager, "Update", subresource, api_version)
     previous = next((e for e in entries if e.identity == identity), None)
@@ -171,6 +181,23 @@ def record_update(
     others = [replace(e, fields=e.fields - changed - removed) for e in entries if e.identity != identity]
     _write_entries(result, _replace_entry(entries, mine, others))
     return result
+
+
+def _copy_unshared(value: Any, old: Any) -> Any:
+    """A deep copy of `value`, except where it holds the very objects `old` holds at that place."""
+    if value is old:
+        return value
+    if isinstance(value, dict):
+        if not isinstance(old, dict):
+            return copy.deepcopy(value)
+        return {k: _copy_unshared(v, old.get(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        if not isinstance(old, list):
+            return copy.deepcopy(value)
+        return [_copy_unshared(v, old[i] if i < len(old) else None) for i, v in enumerate(value)]
+    if value is None or isinstance(value, str | int | float):
+        return value  # immutable JSON scalars (bool is an int)
+    return copy.deepcopy(value)
 
 
 def _apply_config(applied: dict[str, Any]) -> dict[str, Any]:
