@@ -11,9 +11,18 @@ from typing import Any
 
 import pytest
 
-from tether.local import watching
+from tether.local import http, objects, schema, watching
 from tether.local.patching import apply_merge_patch, merge_patch_shared, record_update
-from tether.local.patching.fieldsets import compare, diff, managed_view, walk
+from tether.local.patching.fieldsets import (
+    compare,
+    diff,
+    fieldset_of,
+    from_fields_v1,
+    managed_view,
+    shared_fields_v1,
+    to_fields_v1,
+    walk,
+)
 from tether.local.patching.schema import UNTYPED, merge_schema_for
 from tether.local.store import Event, Store
 
@@ -151,3 +160,43 @@ def test_event_line_reuses_the_event_text_only_for_its_own_object() -> None:
     assert watching._event_line("MODIFIED", event, other) == watching._line("MODIFIED", other)
     no_text = Event("DELETED", 3, "/configmaps", "default", "a", obj, None)
     assert watching._event_line("DELETED", no_text, obj) == watching._line("DELETED", obj)
+
+
+# cached renderings ------------------------------------------------------------------------
+
+
+def test_shared_fields_v1_renders_like_to_fields_v1_and_parses_back_without_a_walk() -> None:
+    fields = fieldset_of({"metadata": {"labels": {"a": "1"}}, "spec": {"x": [1], "y": {"z": True}}}, None)
+    tree = shared_fields_v1(fields)
+    assert tree == to_fields_v1(fields) and shared_fields_v1(frozenset(fields)) is tree
+    assert from_fields_v1(tree) is fields  # the cached set, not a re-parse
+    copied = copy.deepcopy(tree)
+    assert from_fields_v1(copied) == fields and from_fields_v1(copied) is not fields
+
+
+def test_now_rfc3339_formats_the_current_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1_800_000_000.2]
+    monkeypatch.setattr(objects.time, "time", lambda: clock[0])
+    assert objects.now_rfc3339() == "2027-01-15T08:00:00Z"
+    clock[0] = 1_800_000_000.9
+    assert objects.now_rfc3339() == "2027-01-15T08:00:00Z"
+    clock[0] = 1_800_000_061.0
+    assert objects.now_rfc3339() == "2027-01-15T08:01:01Z"
+
+
+def test_http_reason_phrases() -> None:
+    assert (http._reason(200), http._reason(404), http._reason(422)) == (
+        "OK", "Not Found", "Unprocessable Entity")
+    assert http._reason(599) == "Unknown"
+
+
+def test_apply_defaults_in_place_equals_the_copying_form() -> None:
+    spec = {"type": "object", "properties": {
+        "a": {"type": "string", "default": "x"},
+        "b": {"type": "object", "properties": {"c": {"type": "integer", "default": 3}}},
+        "d": {"type": "string"}}}
+    obj = {"b": {}, "d": None}
+    expected = schema.apply_defaults(obj, spec)
+    assert obj == {"b": {}, "d": None}
+    assert schema.apply_defaults(obj, spec, copy=False) == expected == {"a": "x", "b": {"c": 3}}
+    assert obj is not None and obj["b"] == {"c": 3}  # defaulted in place

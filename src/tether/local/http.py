@@ -91,11 +91,11 @@ Reply = Response | StreamResponse | UpgradeResponse
 Handler = Callable[[Request], Awaitable[Reply]]
 
 
+_REASONS = {int(status): status.phrase for status in HTTPStatus}
+
+
 def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"
+    return _REASONS.get(status, "Unknown")
 
 
 def _head(status: int, headers: list[tuple[str, str]]) -> bytes:
@@ -224,7 +224,8 @@ class HttpServer:
         peer_cert = writer.get_extra_info("peercert")
         while True:
             try:
-                raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT_S)
+                async with asyncio.timeout(IDLE_TIMEOUT_S):  # no extra task per request, as wait_for makes
+                    raw = await reader.readuntil(b"\r\n\r\n")
             except asyncio.LimitOverrunError:
                 await self._simple(writer, 431, b"request header too large")
                 return

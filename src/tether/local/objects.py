@@ -7,6 +7,7 @@ import copy
 import datetime as dt
 import re
 import secrets
+import time
 import uuid
 from typing import Any
 
@@ -23,8 +24,16 @@ LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
 PATH_NAMED_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "Event"})
 
 
+_last_stamp: tuple[int, str] = (-1, "")
+
+
 def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The current UTC time to the second; formatted once per second (writes ask many times)."""
+    global _last_stamp
+    second = int(time.time())
+    if _last_stamp[0] != second:
+        _last_stamp = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _last_stamp[1]
 
 
 def now_micro() -> str:

@@ -152,7 +152,7 @@ class Operations:
             fields = ", ".join(f'unknown field "{p}"' for p in unknown)
             raise bad_request(f"strict decoding error: {fields}")
         obj.clear()
-        obj.update(schema.apply_defaults(pruned, rt.schema))
+        obj.update(schema.apply_defaults(pruned, rt.schema, copy=False))  # pruned is our own copy
         return [Cause(v.reason, v.message, v.field) for v in schema.validate(obj, rt.schema)]
 
     def _admit(self, rt: ResourceType, obj: Obj, current: Obj | None) -> None:

@@ -79,13 +79,14 @@ def _sub(schema: Schema, key: str) -> Schema | None:
 # Defaulting
 
 
-def apply_defaults(obj: Any, schema: Schema | None) -> Any:
+def apply_defaults(obj: Any, schema: Schema | None, *, copy: bool = True) -> Any:
     """A copy of `obj` with schema defaults applied, recursively (defaults are defaulted too).
 
     A `null` for a property that is not `nullable` is replaced by its default, or dropped when
-    it has none, as the real server does before defaulting.
+    it has none, as the real server does before defaulting. `copy=False` defaults `obj` itself
+    (plain dicts and lists only, e.g. what `prune` returned), which the caller must own.
     """
-    return _default(_copy(obj), schema)
+    return _default(_copy(obj) if copy else obj, schema)
 
 
 def _default(value: Any, schema: Schema | None) -> Any:

@@ -98,7 +98,8 @@ class Watcher:
             event = await self._queue.get()
         else:
             try:
-                event = await asyncio.wait_for(self._queue.get(), timeout_s)
+                async with asyncio.timeout(timeout_s):  # unlike wait_for, no task per wait
+                    event = await self._queue.get()
             except TimeoutError:
                 return None
         if event is None:

@@ -220,6 +220,27 @@ def to_fields_v1(fields: FieldSet) -> dict[str, Any]:
     return _sorted_tree(tree)
 
 
+# Trees `shared_fields_v1` rendered, by field set and by the tree's identity (the tree is held,
+# so its id stays unique). Writes of one kind mostly own the same fields, and the next write of
+# an object parses the trees the previous one rendered; both lookups skip the tree walks.
+_CACHE_LIMIT = 2048
+_RENDERED: dict[FieldSet, dict[str, Any]] = {}
+_PARSED: dict[int, tuple[dict[str, Any], FieldSet]] = {}
+
+
+def shared_fields_v1(fields: FieldSet) -> dict[str, Any]:
+    """`to_fields_v1(fields)`, shared with other callers: for read-only objects only."""
+    tree = _RENDERED.get(fields)
+    if tree is None:
+        if len(_RENDERED) >= _CACHE_LIMIT:
+            _RENDERED.clear()
+            _PARSED.clear()
+        tree = to_fields_v1(fields)
+        _RENDERED[fields] = tree
+        _PARSED[id(tree)] = (tree, fields)
+    return tree
+
+
 def _sorted_tree(tree: dict[str, Any]) -> dict[str, Any]:
     return {k: _sorted_tree(tree[k]) for k in sorted(tree, key=lambda k: (k != ".", k))}
 
@@ -228,6 +249,9 @@ def from_fields_v1(fields_v1: Any) -> FieldSet:
     """Parse FieldsV1 JSON back into a field set; PatchError if it is malformed."""
     if not isinstance(fields_v1, dict):
         raise PatchError("fieldsV1 must be a JSON object")
+    known = _PARSED.get(id(fields_v1))
+    if known is not None and known[0] is fields_v1:
+        return known[1]
     return frozenset(_parse_fields(fields_v1, ()))
 
 

@@ -26,6 +26,7 @@ from tether.local.patching.fieldsets import (
     item_elements,
     managed_view,
     path_string,
+    shared_fields_v1,
     to_fields_v1,
     walk,
 )
@@ -83,7 +84,7 @@ class _Entry:
         if self.time is not None:
             entry["time"] = self.time
         entry["fieldsType"] = "FieldsV1"
-        entry["fieldsV1"] = to_fields_v1(self.fields)
+        entry["fieldsV1"] = shared_fields_v1(self.fields)  # stored objects are read-only
         if self.subresource:
             entry["subresource"] = self.subresource
         return entry
