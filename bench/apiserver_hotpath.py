@@ -4,6 +4,7 @@
     python bench/apiserver_hotpath.py -n 500              # fewer iterations
     python bench/apiserver_hotpath.py --split             # also CPU per request type (4 passes)
     python bench/apiserver_hotpath.py --spy out.raw       # the server under py-spy (raw, 100 Hz)
+    python bench/apiserver_hotpath.py --profile DIR       # the server under cProfile (DIR/server.prof)
 
 One local cluster (`tether local up`, through bench/benchcluster.py) in a temporary data dir,
 reached only on 127.0.0.1 with `tether.kube.KubeClient`; the hub CRDs are installed with
@@ -203,10 +204,11 @@ def main() -> None:
     parser.add_argument("--status-apply", action="store_true",
                         help="write the Work status with server-side apply instead of a merge patch")
     parser.add_argument("--spy", type=Path, help="record the server with py-spy into this raw file")
+    parser.add_argument("--profile", type=Path, help="run the server under cProfile, stats in this dir")
     args = parser.parse_args()
     iterations = max(1, min(args.iterations, 20_000))
     with tempfile.TemporaryDirectory(prefix="tether-hotpath-") as tmp:
-        cluster = start_cluster(Path(tmp), None)
+        cluster = start_cluster(Path(tmp), args.profile)
         spy = None
         try:
             state = json.loads((Path(tmp) / "daemon.json").read_text())

@@ -4,6 +4,7 @@ shared values. Each shortcut must give exactly what the long way gives."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from pathlib import Path
@@ -200,3 +201,25 @@ def test_apply_defaults_in_place_equals_the_copying_form() -> None:
     assert obj == {"b": {}, "d": None}
     assert schema.apply_defaults(obj, spec, copy=False) == expected == {"a": "x", "b": {"c": 3}}
     assert obj is not None and obj["b"] == {"c": 3}  # defaulted in place
+
+
+# internal watchers narrowed to what they act on -------------------------------------------
+
+
+def test_a_watcher_of_some_resources_sees_only_them(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.create("/pods", "default", "early", {"metadata": {"name": "early"}})
+    store.create("/secrets", "default", "early", {"metadata": {"name": "early"}})
+    watcher, history = store.watch(None, None, 0, resources=("/pods", "/nodes"))
+    assert [(e.resource, e.name) for e in history] == [("/pods", "early")]
+    store.create("/configmaps", "default", "a", {"metadata": {"name": "a"}})
+    store.create("/nodes", "", "n", {"metadata": {"name": "n"}})
+    everything, _ = store.watch(None, None, store.revision)
+    store.create("/pods", "default", "p", {"metadata": {"name": "p"}})
+    seen = []
+    while watcher.pending():
+        event = asyncio.run(watcher.next(0))
+        assert event is not None
+        seen.append((event.resource, event.name))
+    assert seen == [("/nodes", "n"), ("/pods", "p")]
+    assert everything.pending()

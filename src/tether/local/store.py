@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,15 +65,19 @@ class WatchOverflow(StoreError):
 
 
 class Watcher:
-    def __init__(self, store: Store, resource: str | None, namespace: str | None) -> None:
+    def __init__(self, store: Store, resource: str | None, namespace: str | None,
+                 resources: frozenset[str] | None = None) -> None:
         self._store = store
         self.resource = resource
         self.namespace = namespace
+        self.resources = resources
         self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self.overflowed = False
 
     def wants(self, event: Event) -> bool:
         if self.resource is not None and event.resource != self.resource:
+            return False
+        if self.resources is not None and event.resource not in self.resources:
             return False
         return self.namespace is None or event.namespace == self.namespace
 
@@ -249,8 +253,12 @@ class Store:
 
     # watch -------------------------------------------------------------------------------
 
-    def watch(self, resource: str | None, namespace: str | None, since: int) -> tuple[Watcher, Iterator[Event]]:
+    def watch(self, resource: str | None, namespace: str | None, since: int, *,
+              resources: Collection[str] | None = None) -> tuple[Watcher, Iterator[Event]]:
         """Register a watcher and return it with the events after `since` it missed.
+
+        `resources` narrows a watcher of every resource (`resource` None) to some: a component
+        that reacts to a few types is then not woken for every other write.
 
         The missed events are read lazily, a page at a time, up to the revision at registration
         (later ones reach the watcher itself): a watch from an old revision must not load its
@@ -258,8 +266,11 @@ class Store:
         """
         if since < self.compacted:
             raise Compacted(since, self.compacted)
-        watcher = Watcher(self, resource, namespace)
+        only = frozenset(resources) if resources is not None else None
+        watcher = Watcher(self, resource, namespace, only)
         history = self._history(resource, namespace, since, self.revision) if since < self.revision else iter(())
+        if only is not None:
+            history = (event for event in history if event.resource in only)
         self._watchers.add(watcher)
         return watcher, history
 
@@ -337,6 +348,7 @@ async def follow(
     *,
     on_event: Callable[[Event], None],
     resync: Callable[[], None],
+    resources: Collection[str] | None = None,
 ) -> None:
     """Feed a component from the store's change stream, forever.
 
@@ -345,7 +357,7 @@ async def follow(
     off (a 10,000-object deletecollection), so the component converges instead of crashing.
     """
     while True:
-        watcher, _ = store.watch(resource, namespace, store.revision)
+        watcher, _ = store.watch(resource, namespace, store.revision, resources=resources)
         resync()
         try:
             while True:

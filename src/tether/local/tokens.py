@@ -74,6 +74,7 @@ SERVICEACCOUNTS = "/serviceaccounts"
 SECRETS = "/secrets"
 CONFIGMAPS = "/configmaps"
 NAMESPACES = "/namespaces"
+OBSERVED = frozenset({NAMESPACES, SECRETS, SERVICEACCOUNTS, CONFIGMAPS})  # what _observe acts on
 
 
 # JWT (ES256) --------------------------------------------------------------------------------
@@ -283,7 +284,7 @@ class TokenController:
 
     async def run(self) -> None:
         store = self.ops.store
-        watcher, _ = store.watch(None, None, store.revision)
+        watcher, _ = store.watch(None, None, store.revision, resources=OBSERVED)
         self._resync()
         try:
             async with asyncio.TaskGroup() as group:
@@ -292,7 +293,7 @@ class TokenController:
                     try:
                         event = await watcher.next(None)
                     except WatchOverflow:
-                        watcher, _ = store.watch(None, None, store.revision)
+                        watcher, _ = store.watch(None, None, store.revision, resources=OBSERVED)
                         self._resync()
                         continue
                     if event is None:

@@ -127,7 +127,7 @@ class Scheduler:
 
     async def run(self) -> None:
         store = self.ops.store
-        watcher, _ = store.watch(None, None, store.revision)
+        watcher, _ = store.watch(None, None, store.revision, resources=(NODES, PODS))
         for pod in store.list_objects(PODS):
             self._count((pod["metadata"].get("namespace", ""), pod["metadata"]["name"]), pod)
             self._observe_pod(pod)
@@ -143,7 +143,7 @@ class Scheduler:
                     event = await watcher.next(None)
                 except WatchOverflow:
                     watcher.close()
-                    watcher, _ = store.watch(None, None, store.revision)
+                    watcher, _ = store.watch(None, None, store.revision, resources=(NODES, PODS))
                     self._node_of.clear()
                     self._counts.clear()
                     for pod in store.list_objects(PODS):

@@ -29,6 +29,7 @@ PODS = "/pods"
 NODES = "/nodes"
 ENDPOINTS = "/endpoints"
 SLICES = "discovery.k8s.io/endpointslices"
+OBSERVED = frozenset({SERVICES, PODS, NODES, ENDPOINTS, SLICES})  # what observe() acts on
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 SLICE_MANAGER = "endpointslice-controller.k8s.io"
@@ -371,7 +372,7 @@ class EndpointsController:
 
     async def run(self) -> None:
         store = self.ops.store
-        watcher, _ = store.watch(None, None, store.revision)
+        watcher, _ = store.watch(None, None, store.revision, resources=OBSERVED)
         for svc in store.list_objects(SERVICES):
             self.engine.enqueue((svc["metadata"].get("namespace", ""), svc["metadata"]["name"]))
         async with asyncio.TaskGroup() as group:
@@ -385,7 +386,7 @@ class EndpointsController:
                 try:
                     event: Event | None = await watcher.next(None)
                 except WatchOverflow:
-                    watcher, _ = store.watch(None, None, store.revision)
+                    watcher, _ = store.watch(None, None, store.revision, resources=OBSERVED)
                     for svc in store.list_objects(SERVICES):
                         self.engine.enqueue((svc["metadata"].get("namespace", ""), svc["metadata"]["name"]))
                     continue

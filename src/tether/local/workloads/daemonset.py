@@ -173,6 +173,7 @@ class DaemonSetController(Controller):
     resource = RESOURCE
     kind = "DaemonSet"
     adopts_orphans = True
+    also_watches = (NODES,)
 
     def keys_for(self, event: Event) -> Iterable[NsName]:
         yield from super().keys_for(event)

@@ -129,6 +129,7 @@ class Controller(ABC):
     resource: str  # storage key of the owner type, e.g. "apps/replicasets"
     kind: str
     children: str = PODS  # storage key of what it creates
+    also_watches: tuple[str, ...] = ()  # other storage keys `keys_for` reacts to
     adopts_orphans: bool = False
 
     def __init__(self, ops: Operations) -> None:
@@ -195,4 +196,6 @@ class WorkloadControllers:
             group.create_task(self._feed())
 
     async def _feed(self) -> None:
-        await follow(self.ops.store, None, None, on_event=self.dispatch, resync=self._enqueue_all)
+        watched = {r for c in self.controllers for r in (c.resource, c.children, *c.also_watches)}
+        await follow(self.ops.store, None, None, on_event=self.dispatch, resync=self._enqueue_all,
+                     resources=watched)
