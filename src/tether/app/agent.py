@@ -10,7 +10,6 @@ SIGTERM to the recorded pid (SIGKILL after `stop_s`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tether.app.signals import run_until_signal
 from tether.federation.pullagent import AgentSettings, PullAgent
 from tether.kube import ClusterCredentials, KubeClient
 
@@ -91,11 +91,6 @@ def _member_client(files: AgentFiles) -> KubeClient:
 async def run_agent(directory: Path, files: AgentFiles, *,
                     announce: Callable[[str], None] = print) -> int:
     """Run until SIGTERM/SIGINT; shutdown bounded by SHUTDOWN_S."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
     token_path = directory / "token"
     hub_credentials = ClusterCredentials.from_token(
         server=files.hub, token=token_path.read_text(),
@@ -110,22 +105,7 @@ async def run_agent(directory: Path, files: AgentFiles, *,
         agent = PullAgent(hub, member, settings)
         announce(f"agent for cluster {files.cluster} running: hub {files.hub}, member "
                  f"{member.credentials.server}, tunnel {files.tunnel_address or 'none'}")
-        runner = asyncio.create_task(agent.run())
-        stopper = asyncio.create_task(stop.wait())
-        try:
-            await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-            if not runner.done():
-                runner.cancel()
-            try:
-                async with asyncio.timeout(SHUTDOWN_S):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await runner
-            except TimeoutError:
-                log.warning("agent did not stop within %.1fs", SHUTDOWN_S)
-        if runner.done() and not runner.cancelled() and runner.exception() is not None:
-            raise runner.exception()  # type: ignore[misc]
+        await run_until_signal(agent.run(), shutdown_s=SHUTDOWN_S)
     return 0
 
 

@@ -24,7 +24,6 @@ import ipaddress
 import logging
 import os
 import secrets
-import signal
 import ssl
 import tempfile
 from collections.abc import Callable, Mapping
@@ -39,6 +38,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tether.app.signals import HARD_EXIT_MARGIN_S, stop_on_signals
 from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
@@ -356,16 +356,13 @@ async def open_proxy(host: KubeClient, config: ProxyConfig, *,
 async def serve(config: ProxyConfig, *, announce: Callable[[str], None] = print) -> int:
     """Run the proxy until SIGTERM/SIGINT (or cancellation)."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
     async with KubeClient.from_kubeconfig(config.kubeconfig, config.context) as host:
         server = await open_proxy(host, config)
         try:
             announce(f"cluster proxy for {host.server} serving on {server.url}"
                      f"/apis/cluster.tether.io/v1alpha1/clusters/NAME/proxy/")
-            await stop.wait()
+            with stop_on_signals(stop, hard_exit_after_s=config.shutdown_s + HARD_EXIT_MARGIN_S):
+                await stop.wait()
         finally:
             async with asyncio.timeout(config.shutdown_s):
                 await server.aclose()

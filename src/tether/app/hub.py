@@ -15,16 +15,15 @@ clients reach members through a plain-HTTP CONNECT listener on 127.0.0.1:`tunnel
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
+from tether.app.signals import run_until_signal
 from tether.federation.execution import WorkExecutor
 from tether.federation.health import HealthTimers, build_health_controller
 from tether.federation.metrics import HubMetrics
@@ -138,11 +137,6 @@ class Hub:
 
 async def serve(config: HubConfig, *, announce: Callable[[str], None] = print) -> int:
     """Run the hub until SIGTERM/SIGINT (or cancellation); shutdown bounded by `shutdown_s`."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
     async with KubeClient.from_kubeconfig(config.kubeconfig, config.context) as host:
         hub = Hub(host, config)
         ports = await hub.start_servers()
@@ -159,22 +153,9 @@ async def serve(config: HubConfig, *, announce: Callable[[str], None] = print) -
                 cluster_source=lambda name: hub.shared.clusters.get(None, name),
             )
             announce(f"cluster proxy on {proxy.url}/apis/cluster.tether.io/v1alpha1/clusters/NAME/proxy")
-        runner = asyncio.create_task(hub.run())
-        stopper = asyncio.create_task(stop.wait())
         try:
-            await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            await run_until_signal(hub.run(), shutdown_s=config.shutdown_s)
         finally:
-            stopper.cancel()
-            if not runner.done():
-                runner.cancel()
-            try:
-                async with asyncio.timeout(config.shutdown_s):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await runner
-            except TimeoutError:
-                log.warning("hub did not stop within %.1fs", config.shutdown_s)
             if proxy is not None:
                 await proxy.aclose()
-        if runner.done() and not runner.cancelled() and runner.exception() is not None:
-            raise runner.exception()  # type: ignore[misc]
     return 0
