@@ -495,6 +495,36 @@ async def test_hub_restart_mid_propagation_finishes_without_duplicates(fleet: Fl
         assert managers == [("tether", "Apply")], managers
 
 
+async def test_rotated_credentials_are_taken_up_once_by_concurrent_workers(fleet: Fleet) -> None:
+    """A new credentials Secret while many Works of the member are in flight: every executor
+    worker must end up on the one new client (none closing another's)."""
+    log = fleet.hub_log(fleet.hub_runs)
+    log_offset = len(log.read_bytes())
+    async with fleet.client("host") as host:
+        cluster = await host.get("cluster.tether.io/v1alpha1", "Cluster", "cluster1")
+        ref = cluster["spec"]["secretRef"]
+        fleet.apply("host", policy("rotate", "kdemo", [{"apiVersion": "v1", "kind": "ConfigMap",
+                                                        "labelSelector": {"matchLabels": {"batch": "rotate"}}}],
+                                   ["cluster", "cluster1"]))
+        await host.patch("v1", "Secret", ref["name"], {"metadata": {"annotations": {
+            "tether.io/rotated-at": str(time.time())}}}, namespace=ref.get("namespace"))
+        names = [f"rotate-{i}" for i in range(16)]
+        await asyncio.gather(*(host.create({"apiVersion": "v1", "kind": "ConfigMap",
+                                            "metadata": {"name": n, "namespace": "kdemo",
+                                                         "labels": {"batch": "rotate"}}},
+                                           field_manager="test") for n in names))
+
+    async def all_there() -> bool:
+        async with fleet.client("cluster1") as member:
+            listed = await member.list_objects("v1", "ConfigMap", "kdemo", "batch=rotate")
+        return len(listed) == len(names)
+
+    await until(all_there, "every ConfigMap in cluster1 after the rotation")
+    since = log.read_bytes()[log_offset:].decode(errors="replace")
+    new_clients = [line for line in since.splitlines() if "cluster cluster1: new client" in line]
+    assert len(new_clients) == 1, new_clients
+
+
 async def test_unjoin_leaves_no_tether_object_in_member(fleet: Fleet) -> None:
     ok(tether("unjoin", "cluster1", "--host-kubeconfig", str(fleet.kubeconfig),
               "--host-context", "host"))

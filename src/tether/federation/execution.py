@@ -136,6 +136,7 @@ class WorkExecutor:
     clusters_engine: Engine[str] = field(init=False)
     pool: ClientPool = field(default_factory=ClientPool)
     _members: dict[str, _Member] = field(default_factory=dict)
+    _member_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _failures: dict[ObjectKey, int] = field(default_factory=dict)
     _group: asyncio.TaskGroup | None = None
     # the hub namespace's Secrets (member credentials); None for a pull agent's executor
@@ -197,7 +198,14 @@ class WorkExecutor:
             if key.namespace == prefix:
                 self.engine.enqueue(key)
 
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._member_locks.setdefault(name, asyncio.Lock())
+
     async def _forget(self, name: str) -> None:
+        async with self._lock(name):
+            await self._drop(name)
+
+    async def _drop(self, name: str) -> None:
         member = self._members.pop(name, None)
         if member is None:
             return
@@ -235,12 +243,20 @@ class WorkExecutor:
         member = self._members.get(name)
         if member is not None and member.fingerprint == fingerprint:
             return member
-        if member is not None:
-            await self._forget(name)
-        client = await self.pool.set(name, member_credentials(cluster, secret))
-        member = _Member(fingerprint, client)
-        self._members[name] = member
-        return member
+        # new credentials: one worker replaces the client; the others wait for it (two
+        # replacing at once would close each other's new client)
+        async with self._lock(name):
+            member = self._members.get(name)
+            if member is not None and member.fingerprint == fingerprint:
+                return member
+            if member is not None:
+                await self._drop(name)
+            client = await self.pool.set(name, member_credentials(cluster, secret))
+            log.info("cluster %s: new client for %s (credentials Secret version %s)",
+                     name, fingerprint[0], fingerprint[1])
+            member = _Member(fingerprint, client)
+            self._members[name] = member
+            return member
 
     def _watch_kind(self, cluster: str, member: _Member, api_version: str, kind: str) -> Informer:
         entry = member.informers.get((api_version, kind))
