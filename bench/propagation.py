@@ -66,7 +66,8 @@ CREATE_CONCURRENCY = 4
 DEPLOYMENTS = 20
 PACED_TEMPLATES = 40  # the paced run (a light load: latency without a backlog)
 PACED_RATE = 2.0  # templates per second in it
-MAX_PAIRS = 10_000  # runs with clusters x templates above this are skipped (bounded time)
+STEADY_PAIRS_PER_S = 200.0  # steady runs: templates/s = this / clusters (a load the fleet sustains)
+MAX_PAIRS = 50_000  # runs with clusters x templates above this are skipped (bounded time)
 GOAL_P99_S = 1.0
 RUN_TIMEOUT_S = 420.0  # a run's wait for the last object
 SETTLE_TIMEOUT_S = 30.0  # after the last object: wait for the hub to go quiet, at most this
@@ -536,13 +537,16 @@ class FleetResult:
 
 
 def plan_runs(clusters: int, templates: list[int], deployments: int,
-              paced: float) -> list[tuple[str, int, float]]:
+              paced: float, steady_pairs: float) -> list[tuple[str, int, float]]:
+    """(kind, templates, templates/s or 0 for a burst) in run order: the light paced run, each
+    count at the steady rate, then each count as a burst."""
     runs: list[tuple[str, int, float]] = []
     if paced:
         runs.append(("ConfigMap", PACED_TEMPLATES, paced))
-    for count in sorted(templates):
-        if clusters * count <= MAX_PAIRS:
-            runs.append(("ConfigMap", count, 0.0))
+    counts = [count for count in sorted(templates) if clusters * count <= MAX_PAIRS]
+    if steady_pairs:
+        runs += [("ConfigMap", count, round(steady_pairs / clusters, 2)) for count in counts]
+    runs += [("ConfigMap", count, 0.0) for count in counts]
     if deployments and clusters * deployments <= MAX_PAIRS:
         runs.insert(min(len(runs), 2 if paced else 1), ("Deployment", deployments, 0.0))
     return runs
@@ -851,6 +855,9 @@ def main() -> None:
                         help="Deployments in the 'ready' run (0: none)")
     parser.add_argument("--paced", type=float, default=PACED_RATE,
                         help=f"templates/s of a first, paced run of {PACED_TEMPLATES} (0: none)")
+    parser.add_argument("--steady", type=float, default=STEADY_PAIRS_PER_S,
+                        help="(template, member) pairs/s of the steady runs: each --templates count "
+                             "is also created at this / clusters templates/s (0: none)")
     parser.add_argument("--py-spy", type=Path, dest="spy", help="py-spy the hub and host per run, into DIR")
     parser.add_argument("--json", type=Path, help="also save the results as JSON here")
     parser.add_argument("--from-json", type=Path, help="no run: print and write these saved results")
@@ -876,7 +883,7 @@ def main() -> None:
             results.append(FleetResult(requested, {}, [], 0, "no local cluster slots free", requested))
             continue
         plan = plan_runs(clusters, args.templates, args.deployments if clusters <= 10 else 0,
-                         args.paced if clusters <= 10 else 0.0)
+                         args.paced if clusters <= 10 else 0.0, args.steady)
         result = run_fleet(clusters, plan, args.spy)
         result.requested = requested
         results.append(result)
