@@ -321,6 +321,40 @@ async def test_seed_002_kubefed_flow(fleet: Fleet) -> None:
     assert lines["cluster"][5].endswith("s"), out
 
 
+async def test_rsp_moves_running_replicas_only_when_rebalance_is_set(fleet: Fleet) -> None:
+    """KubeFed's ReplicaSchedulingPreference: weights divide the total; without `rebalance`
+    a change of weights leaves running replicas where they are; with it they move."""
+    labels = {"app": "rsp-web"}
+    fleet.apply("host", {
+        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedDeployment",
+        "metadata": {"name": "rsp-web", "namespace": "test-namespace"},
+        "spec": {"placement": {"clusters": [{"name": "cluster"}, {"name": "cluster1"}]},
+                 "template": {"spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                                       "template": {"metadata": {"labels": labels}, "spec": {
+                                           "containers": [{"name": "web", "image": "example.com/virtual:1"}]}}}}}})
+
+    def rsp(weights: tuple[int, int], rebalance: bool) -> dict[str, Any]:
+        return {"apiVersion": "scheduling.kubefed.io/v1alpha1", "kind": "ReplicaSchedulingPreference",
+                "metadata": {"name": "rsp-web", "namespace": "test-namespace"},
+                "spec": {"targetKind": "FederatedDeployment", "totalReplicas": 4, "rebalance": rebalance,
+                         "clusters": {"cluster": {"weight": weights[0]}, "cluster1": {"weight": weights[1]}}}}
+
+    async def replicas_are(want: tuple[int, int]) -> bool:
+        got = []
+        for context in ("cluster", "cluster1"):
+            obj = await get(fleet, context, "apps/v1", "Deployment", "rsp-web", "test-namespace")
+            got.append(obj["spec"]["replicas"] if obj else None)
+        return tuple(got) == want
+
+    fleet.apply("host", rsp((1, 1), rebalance=False))
+    await until(lambda: replicas_are((2, 2)), "2 + 2 replicas by equal weights")
+    fleet.apply("host", rsp((3, 1), rebalance=False))
+    await asyncio.sleep(2.0)  # the hub has seen the new weights by now (its resync is 5 s)
+    assert await replicas_are((2, 2)), "replicas moved without rebalance"
+    fleet.apply("host", rsp((3, 1), rebalance=True))
+    await until(lambda: replicas_are((3, 1)), "3 + 1 replicas after rebalance")
+
+
 async def test_karmada_divided_with_image_override(fleet: Fleet) -> None:
     fleet.kubectl("host", "create", "ns", "kdemo")
     fleet.apply("host", deployment("web", "kdemo", 6, "nginx:1.17"))
@@ -506,7 +540,7 @@ async def test_rotated_credentials_are_taken_up_once_by_concurrent_workers(fleet
         fleet.apply("host", policy("rotate", "kdemo", [{"apiVersion": "v1", "kind": "ConfigMap",
                                                         "labelSelector": {"matchLabels": {"batch": "rotate"}}}],
                                    ["cluster", "cluster1"]))
-        await host.patch("v1", "Secret", ref["name"], {"metadata": {"annotations": {
+        rotated = await host.patch("v1", "Secret", ref["name"], {"metadata": {"annotations": {
             "tether.io/rotated-at": str(time.time())}}}, namespace=ref.get("namespace"))
         names = [f"rotate-{i}" for i in range(16)]
         await asyncio.gather(*(host.create({"apiVersion": "v1", "kind": "ConfigMap",
@@ -521,8 +555,10 @@ async def test_rotated_credentials_are_taken_up_once_by_concurrent_workers(fleet
 
     await until(all_there, "every ConfigMap in cluster1 after the rotation")
     since = log.read_bytes()[log_offset:].decode(errors="replace")
-    new_clients = [line for line in since.splitlines() if "cluster cluster1: new client" in line]
-    assert len(new_clients) == 1, new_clients
+    version = f"(credentials Secret version {rotated['metadata']['resourceVersion']})"
+    new_clients = [line for line in since.splitlines()
+                   if "cluster cluster1: new client" in line and line.endswith(version)]
+    assert len(new_clients) == 1, since
 
 
 async def test_unjoin_leaves_no_tether_object_in_member(fleet: Fleet) -> None:

@@ -113,3 +113,47 @@ def test_rsp_equal_weights_with_cap_16_17_17() -> None:
     assert rsp_plan(spec, ["A", "B", "C"], "default/frontend") == {"A": 16, "B": 17, "C": 17}
     for key in ("default/nginx", "test-namespace/test-deployment", "x/y"):
         assert sorted(rsp_plan(spec, ["A", "B", "C"], key).values()) == [16, 17, 17]
+
+
+RSP_KEEP_CASES = [
+    # (preferences, total, clusters, running now, rebalance=false plan, rebalance=true plan)
+    # B goes down: what A and C run stays, B's replicas go where there is room (C stops at 20)
+    ({"*": {"weight": 1}, "C": {"maxReplicas": 20, "weight": 1}}, 50, ["A", "C"],
+     {"A": 16, "B": 17, "C": 17}, {"A": 30, "C": 20}, {"A": 30, "C": 20}),
+    # new weights move nothing without rebalance
+    ({"A": {"weight": 2}, "B": {"weight": 1}}, 6, ["A", "B"], {"A": 3, "B": 3},
+     {"A": 3, "B": 3}, {"A": 4, "B": 2}),
+    # scaling up places only the new replicas, by weight
+    ({"A": {"weight": 1}, "B": {"weight": 2}}, 12, ["A", "B"], {"A": 3, "B": 6},
+     {"A": 4, "B": 8}, {"A": 4, "B": 8}),
+    # scaling up from a lopsided layout keeps it and tops up the short cluster
+    ({"A": {"weight": 1}, "B": {"weight": 1}}, 10, ["A", "B"], {"A": 6, "B": 0},
+     {"A": 6, "B": 4}, {"A": 5, "B": 5}),
+    # running above maxReplicas is trimmed to it
+    ({"A": {"weight": 1, "maxReplicas": 2}, "B": {"weight": 1}}, 6, ["A", "B"], {"A": 5, "B": 1},
+     {"A": 2, "B": 4}, {"A": 2, "B": 4}),
+    # a newly joined cluster gets nothing until replicas are added (no disruption)
+    ({"*": {"weight": 1}}, 4, ["A", "B", "N"], {"A": 2, "B": 2}, {"A": 2, "B": 2, "N": 0}, None),
+]
+
+
+@pytest.mark.parametrize(("prefs", "total", "clusters", "running", "kept", "rebalanced"), RSP_KEEP_CASES)
+def test_rsp_without_rebalance_keeps_running_replicas(
+    prefs: dict[str, Any], total: int, clusters: list[str], running: dict[str, int],
+    kept: dict[str, int], rebalanced: dict[str, int] | None,
+) -> None:
+    spec = {"totalReplicas": total, "clusters": prefs}
+    assert rsp_plan(spec, clusters, "default/frontend", running) == kept
+    assert sum(kept.values()) == total
+    if rebalanced is not None:
+        assert rsp_plan({**spec, "rebalance": True}, clusters, "default/frontend", running) == rebalanced
+        assert rsp_plan(spec, clusters, "default/frontend") == rebalanced  # nothing runs yet
+
+
+def test_rsp_scale_down_without_rebalance_keeps_the_first_preference() -> None:
+    """KubeFed keeps running replicas in preference order (weight, then hash) when shrinking."""
+    spec = {"totalReplicas": 4, "clusters": {"*": {"weight": 1}}}
+    plan = rsp_plan(spec, ["A", "B"], "default/frontend", {"A": 6, "B": 6})
+    assert sorted(plan.values()) == [0, 4]
+    rebalanced = rsp_plan({**spec, "rebalance": True}, ["A", "B"], "default/frontend", {"A": 6, "B": 6})
+    assert rebalanced == {"A": 2, "B": 2}

@@ -50,3 +50,17 @@ def test_is_subset_ignores_server_defaults_but_not_changes() -> None:
     assert not W.is_subset(want, {"spec": {"replicas": 3, "template": {
         "containers": [{"image": "a"}]}}})
     assert not W.is_subset({"a": True}, {"a": 1})
+
+
+def test_scheduled_replicas_reads_each_clusters_work() -> None:
+    def deploy(replicas: int) -> dict[str, object]:
+        return {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop"}, "spec": {"replicas": replicas}}
+
+    plan = PropagationPlan(SOURCE, "kubefed", works=(WorkItem("c1", deploy(4)), WorkItem("c2", deploy(2))))
+    bodies = [w.body for w in W.desired_works(plan, extra_manifests=[
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "spec": {"replicas": 9}}])]
+    assert W.scheduled_replicas(bodies, "Deployment") == {"c1": 4, "c2": 2}
+    bodies[1]["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    assert W.scheduled_replicas(bodies, "Deployment") == {"c1": 4}
+    assert W.scheduled_replicas(bodies, "ReplicaSet") == {}

@@ -140,13 +140,14 @@ def _overrides_by_cluster(federated: Obj) -> tuple[dict[str, list[Any]], set[str
 
 
 def _rsp_decision(
-    rsp: Obj, decision: PlacementDecision, clusters: Sequence[ClusterInfo], key: str
+    rsp: Obj, decision: PlacementDecision, clusters: Sequence[ClusterInfo], key: str,
+    current: Mapping[str, int] | None,
 ) -> tuple[PlacementDecision, dict[str, int]]:
     spec = mapping(rsp.get("spec"))
     candidates = sorted(c.name for c in clusters if c.ready)
     if spec.get("intersectWithClusterSelector"):
         candidates = [c for c in candidates if c in decision.selected]
-    plan = rsp_plan(spec, candidates, key)
+    plan = rsp_plan(spec, candidates, key, current)
     return PlacementDecision(tuple(candidates), decision.failures), plan
 
 
@@ -157,9 +158,11 @@ def compile_federated(
     target_kind: str,
     clusters: Sequence[ClusterInfo],
     rsp: Obj | None = None,
+    current_replicas: Mapping[str, int] | None = None,
     adopt_resources: bool = True,
 ) -> PropagationPlan:
-    """Compile a Federated<Kind> object (and its RSP, if any) into per-cluster objects."""
+    """Compile a Federated<Kind> object (and its RSP, if any) into per-cluster objects.
+    `current_replicas`: what each cluster was last given (an RSP without `rebalance` keeps it)."""
     name = str(nested(federated, "metadata", "name") or "")
     namespace = str(nested(federated, "metadata", "namespace") or "")
     source = ResourceRef(
@@ -176,7 +179,8 @@ def compile_federated(
         and target_kind in RSP_KINDS
         and target_kind_of_rsp in (None, f"Federated{target_kind}")
     ):
-        decision, planned = _rsp_decision(rsp, decision, clusters, f"{namespace}/{name}")
+        decision, planned = _rsp_decision(rsp, decision, clusters, f"{namespace}/{name}",
+                                          current_replicas)
     base = _base_object(federated, target_api_version, target_kind, name, namespace)
     overrides, duplicated = _overrides_by_cluster(federated)
     works: list[WorkItem] = []

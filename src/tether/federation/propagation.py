@@ -464,7 +464,8 @@ class KubeFedController(_Base[FedKey]):
         rsp = self.rsps.get(namespace, name) if fed_type.target_kind in ("Deployment",
                                                                           "ReplicaSet") else None
         plan = compile_federated(fed, target_api_version=fed_type.target_api_version,
-                                 target_kind=fed_type.target_kind, clusters=clusters, rsp=rsp)
+                                 target_kind=fed_type.target_kind, clusters=clusters, rsp=rsp,
+                                 current_replicas=W.scheduled_replicas(existing, fed_type.target_kind))
         plan = replace(plan, source=ref)
         if fed_type.target_scope == "Namespaced" and kind != "FederatedNamespace":
             plan = self._within_namespace(plan, fed, clusters)

@@ -28,8 +28,13 @@ weight descending, then by FNV-1 32 hash of cluster name + "<namespace>/<name>" 
 avoid always favouring the alphabetically first cluster). Each first gets min(minReplicas,
 remaining); then, repeatedly, each cluster still below its maxReplicas gets
 ceil(remaining·weight/sumWeights) (capped by what is left and by maxReplicas) until nothing is
-left or nothing changes. Rebalancing against current replicas and capacity estimates are not
-modelled: the plan is what KubeFed computes with `rebalance: true` and no unschedulable pods.
+left or nothing changes. With `rebalance: false` (KubeFed's default) replicas already running
+are not moved: after the minimums, each cluster keeps up to its current count (capped by
+maxReplicas), and those kept replicas count against the cluster's share in the weighted rounds,
+so only the replicas that are new (or that a cluster over its share cannot keep because the total
+shrank) are placed by weight. `rebalance: true` plans from scratch. `current` is what each
+cluster runs now (tether takes what it last scheduled there). Capacity estimates from
+unschedulable pods are not modelled.
 """
 
 from __future__ import annotations
@@ -169,9 +174,11 @@ def fnv1_32(data: bytes) -> int:
     return value
 
 
-def rsp_plan(rsp_spec: Any, clusters: Sequence[str], key: str) -> dict[str, int]:
+def rsp_plan(rsp_spec: Any, clusters: Sequence[str], key: str,
+             current: Mapping[str, int] | None = None) -> dict[str, int]:
     """KubeFed's replica plan for `clusters` (the ready candidates). `key` is the RSP's
-    "<namespace>/<name>". Every candidate appears in the result, possibly with 0."""
+    "<namespace>/<name>"; `current` the replicas each cluster runs now (used unless
+    `rebalance`). Every candidate appears in the result, possibly with 0."""
     spec = mapping(rsp_spec)
     prefs_by_name = mapping(spec.get("clusters"))
     plan: dict[str, int] = {}
@@ -190,6 +197,17 @@ def rsp_plan(rsp_spec: Any, clusters: Sequence[str], key: str) -> dict[str, int]
         take = min(as_int(pref.get("minReplicas")), remaining)
         plan[name] = take
         remaining -= take
+    kept: dict[str, int] = {}  # replicas kept where they run, not yet matched by a weighted share
+    if not spec.get("rebalance") and current:
+        for name, pref in prefs:
+            running = current.get(name, 0)
+            if running > plan[name]:
+                cap = pref.get("maxReplicas")
+                target = running if cap is None else min(running, as_int(cap))
+                extra = max(0, min(target - plan[name], remaining))
+                kept[name] = extra
+                plan[name] += extra
+                remaining -= extra
     active = prefs
     modified = True
     while modified and remaining > 0:
@@ -202,6 +220,11 @@ def rsp_plan(rsp_spec: Any, clusters: Sequence[str], key: str) -> dict[str, int]
         for name, pref in active:
             start = plan[name]
             extra = min(-(-distribute * as_int(pref.get("weight")) // weight_sum), remaining)
+            used_kept = min(extra, kept.get(name, 0))
+            if used_kept:
+                kept[name] -= used_kept
+                extra -= used_kept
+                modified = True
             total = start + extra
             cap = pref.get("maxReplicas")
             full = cap is not None and total > as_int(cap)

@@ -127,6 +127,20 @@ def work_cluster(work: Obj) -> str:
     return namespace[len(prefix):] if namespace.startswith(prefix) else ""
 
 
+def scheduled_replicas(works: Iterable[Obj], kind: str) -> dict[str, int]:
+    """Per cluster, `spec.replicas` of the `kind` manifest its Work holds: what was last
+    scheduled there (Works being deleted do not count)."""
+    out: dict[str, int] = {}
+    for work in works:
+        if nested(work, "metadata", "deletionTimestamp"):
+            continue
+        for manifest in items(nested(work, "spec", "workload", "manifests")):
+            replicas = nested(manifest, "spec", "replicas")
+            if manifest.get("kind") == kind and isinstance(replicas, int):
+                out[work_cluster(work)] = replicas
+    return out
+
+
 @dataclass(frozen=True)
 class DesiredWork:
     cluster: str
