@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from tether.local import http, objects, schema, watching
-from tether.local.patching import apply_merge_patch, merge_patch_shared, record_update
+from tether.local.patching import (
+    apply_merge_patch,
+    merge_patch_shared,
+    record_update,
+    server_side_apply,
+)
 from tether.local.patching.fieldsets import (
     compare,
     diff,
@@ -223,3 +228,34 @@ def test_a_watcher_of_some_resources_sees_only_them(tmp_path: Path) -> None:
         seen.append((event.resource, event.name))
     assert seen == [("/nodes", "n"), ("/pods", "p")]
     assert everything.pending()
+
+
+# server-side apply without extra copies ---------------------------------------------------
+
+
+def _containers(value: Any) -> list[int]:
+    if isinstance(value, dict):
+        return [id(value), *(i for v in value.values() for i in _containers(v))]
+    if isinstance(value, list):
+        return [id(value), *(i for v in value for i in _containers(v))]
+    return []
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_server_side_apply_shares_no_container_with_its_inputs(typed: bool) -> None:
+    merge_schema = merge_schema_for("", "ConfigMap") if typed else None
+    applied: Obj = {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "c", "labels": {"a": "1"}, "finalizers": ["x"]},
+                    "data": {"k": "v"}, "extra": [{"n": [1]}], "gone": None}
+    applied_before = copy.deepcopy(applied)
+    created = server_side_apply(None, applied, manager="m", force=True, api_version="v1", now="T",
+                                schema=merge_schema)
+    live = copy.deepcopy(created)
+    again: Obj = {**copy.deepcopy(applied), "data": {"k": "w", "z": "1"}}
+    updated = server_side_apply(live, again, manager="n", force=True, api_version="v1", now="T",
+                                schema=merge_schema)
+    assert applied == applied_before and live == created
+    assert created["data"] == {"k": "v"} and "gone" not in created
+    assert updated["data"] == {"k": "w", "z": "1"}
+    assert not set(_containers(created)) & set(_containers(applied))
+    assert not set(_containers(updated)) & (set(_containers(live)) | set(_containers(again)))

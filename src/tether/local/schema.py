@@ -63,6 +63,13 @@ class Violation:
 
 def _copy(value: Any) -> Any:
     """A deep copy made of plain dicts and lists, so callers' objects are never mutated."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or kind is float or value is None:
+        return value  # the common cases first: no ABC check
+    if kind is dict:
+        return {str(k): _copy(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): _copy(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

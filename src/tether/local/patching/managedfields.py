@@ -108,8 +108,8 @@ def server_side_apply(
     if not isinstance(applied, dict):
         raise PatchError("apply configuration must be a JSON or YAML object")
     root = schema or UNTYPED
-    config = _apply_config(applied)
-    current = copy.deepcopy(live) if live is not None else {}
+    config = _apply_config(applied)  # a fresh structure: _merge takes its values as they are
+    current = live if live is not None else {}  # only read
     entries = _read_entries(current)
     mine = _Entry(manager, "Apply", api_version, now, "", fieldset_of(config, schema))
     previous = next((e for e in entries if e.identity == mine.identity), None)
@@ -223,7 +223,10 @@ def _without_nulls(value: Any) -> Any:
 
 
 def _merge(live: Any, applied: Any, schema: MergeSchema) -> Any:
-    """Merge an apply configuration into the live value (which the caller owns)."""
+    """Merge an apply configuration into the live value; the caller owns both, and the result
+    takes the configuration's values without copying them."""
+    if schema is UNTYPED and not isinstance(live, dict):
+        return applied  # no list keys to validate below, nothing to merge into: the value itself
     # New values merge into empty containers too, so their list keys get validated.
     if isinstance(applied, dict) and not schema.atomic_map:
         merged = live if isinstance(live, dict) else {}
@@ -232,21 +235,21 @@ def _merge(live: Any, applied: Any, schema: MergeSchema) -> Any:
         return merged
     if isinstance(applied, list) and schema.list_type != "atomic":
         return _merge_items(live if isinstance(live, list) else [], applied, schema)
-    return copy.deepcopy(applied)
+    return applied
 
 
 def _merge_items(live: list[Any], applied: list[Any], schema: MergeSchema) -> list[Any]:
     applied_elements = _require_item_keys(applied, schema)
     live_elements = item_elements(live, schema)
     if live_elements is None:
-        return copy.deepcopy(applied)  # a live list we cannot key is simply replaced
+        return applied  # a live list we cannot key is simply replaced
     position = {element: i for i, element in enumerate(live_elements)}
     merged = list(live)
     for element, item in zip(applied_elements, applied, strict=True):
         if element in position:
             merged[position[element]] = _merge(live[position[element]], item, schema)
         else:
-            merged.append(copy.deepcopy(item))
+            merged.append(item)
     return merged
 
 
