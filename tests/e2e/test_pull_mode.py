@@ -28,7 +28,7 @@ import yaml
 
 from tether.federation.bootstrap import ca_cert_hash
 from tether.federation.registry import member_client_from_hub
-from tether.kube import KubeClient
+from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
 
 pytestmark = pytest.mark.e2e
 
@@ -391,3 +391,44 @@ def test_agent_manifest_for_real_clusters(registered: Setup) -> None:
     secret = next(d for d in docs if d["kind"] == "Secret")
     config = json.loads(base64.b64decode(secret["data"]["agent.json"]))
     assert config["member_in_cluster"] is True and config["cluster"] == NAME
+
+
+def test_unjoin_removes_the_agents_hub_credentials(registered: Setup) -> None:
+    """Last in the module: after unjoin, nothing register made is left on the hub and the
+    agent's token no longer authenticates."""
+    token = (registered.agent_dir / "token").read_text().strip()
+    ok(tether("unjoin", NAME, "--host-kubeconfig", str(registered.kubeconfig), "--host-context", "host",
+              "--cluster-kubeconfig", str(registered.member_kubeconfig), "--cluster-context", NAME))
+
+    async def leftovers() -> list[str]:
+        found = []
+        async with registered.host() as host:
+            for api_version, kind, name, namespace in (
+                ("v1", "ServiceAccount", f"tether-agent-{NAME}", "tether-system"),
+                ("v1", "Secret", f"tether-agent-{NAME}-token", "tether-system"),
+                ("v1", "Secret", NAME, "tether-system"),
+                ("rbac.authorization.k8s.io/v1", "ClusterRole", f"tether:agent:{NAME}", None),
+                ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", f"tether:agent:{NAME}", None),
+                (CLUSTER, "Cluster", NAME, None),
+            ):
+                try:
+                    await host.get(api_version, kind, name, namespace)
+                    found.append(f"{kind} {name}")
+                except NotFound:
+                    pass
+        return found
+
+    assert run(leftovers()) == []
+    server = KubeClient.from_kubeconfig(registered.kubeconfig, "host").credentials
+
+    async def agent_whoami() -> int:
+        credentials = ClusterCredentials.from_token(server=server.server, token=token,
+                                                    ca_bundle=server.ca_pem)
+        async with KubeClient(credentials) as agent:
+            try:
+                await agent.get(CLUSTER, "Cluster", NAME)
+            except KubeError as exc:
+                return exc.code
+        return 200
+
+    assert run(agent_whoami()) == 401

@@ -48,6 +48,7 @@ from cryptography.hazmat.primitives import serialization
 from tether.federation import registry
 from tether.federation.crds import CLUSTER_API_VERSION, execution_namespace
 from tether.federation.health import HUB_NAMESPACE, rfc3339
+from tether.federation.registry import agent_account, agent_role, agent_token_secret
 from tether.kube import ClusterCredentials, KubeClient, KubeError
 
 Obj = dict[str, Any]
@@ -68,18 +69,6 @@ _ID = re.compile(r"^[a-z0-9]{6}$")
 
 class BootstrapError(Exception):
     """A token or registration problem, with a message for the user (never the token)."""
-
-
-def agent_account(cluster: str) -> str:
-    return f"tether-agent-{cluster}"
-
-
-def agent_token_secret(cluster: str) -> str:
-    return f"{agent_account(cluster)}-token"
-
-
-def agent_role(cluster: str) -> str:
-    return f"tether:agent:{cluster}"
 
 
 # CA hashes -------------------------------------------------------------------------------------

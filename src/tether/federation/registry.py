@@ -392,11 +392,7 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
                 raise RegistryError(f"cleaning up the member failed: {exc}; retry, or pass --force "
                                     "to remove it from the hub only") from None
             skipped = str(exc)
-    for api_version, kind, obj_name, namespace in (
-        ("v1", "Namespace", execution_namespace(name), None),
-        ("v1", "Secret", name, HUB_NAMESPACE),
-        (CLUSTER_API_VERSION, "Cluster", name, None),
-    ):
+    for api_version, kind, obj_name, namespace in _hub_cleanup(name):
         try:
             if await _delete(host, api_version, kind, obj_name, namespace):
                 steps.append(f"hub: deleted {kind} {namespace + '/' if namespace else ''}{obj_name}")
@@ -405,6 +401,35 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
                 continue
             raise
     return UnjoinResult(name, tuple(deleted), keep_resources, tuple(steps), skipped)
+
+
+def agent_account(cluster: str) -> str:
+    """The hub ServiceAccount a pull cluster's agent authenticates as."""
+    return f"tether-agent-{cluster}"
+
+
+def agent_token_secret(cluster: str) -> str:
+    return f"{agent_account(cluster)}-token"
+
+
+def agent_role(cluster: str) -> str:
+    return f"tether:agent:{cluster}"
+
+
+def _hub_cleanup(name: str) -> list[tuple[str, str, str, str | None]]:
+    """What join or register made on the hub, in deletion order. A pull agent's Role and
+    RoleBinding live in the execution namespace and go with it; deleting its ServiceAccount
+    revokes the agent's token."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        ("v1", "Namespace", execution_namespace(name), None),
+        (rbac, "ClusterRoleBinding", agent_role(name), None),
+        (rbac, "ClusterRole", agent_role(name), None),
+        ("v1", "Secret", agent_token_secret(name), HUB_NAMESPACE),
+        ("v1", "ServiceAccount", agent_account(name), HUB_NAMESPACE),
+        ("v1", "Secret", name, HUB_NAMESPACE),
+        (CLUSTER_API_VERSION, "Cluster", name, None),
+    ]
 
 
 def _member_cleanup(name: str, uses_own_token: bool) -> list[tuple[str, str, str, str | None]]:
