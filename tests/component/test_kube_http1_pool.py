@@ -217,3 +217,53 @@ async def test_kube_client_reports_a_write_it_cannot_confirm_as_sent() -> None:
                 await client.request("POST", "/api/v1/namespaces", body={}, timeout_s=5)
     assert caught.value.request_sent
     assert len(server.requests) == 1  # a write is never repeated when it may have landed
+
+
+async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+    """A watch-like answer: chunked lines, one every few milliseconds, then the end."""
+    while True:
+        server.requests.append(await read_request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in (b'{"n": 1}\r', b'\n{"n": 2}\n{"n"', b': 3}\n'):
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+async def test_streamed_answers_arrive_in_pieces_and_free_the_connection_when_read() -> None:
+    async with serving(trickle) as server:
+        pool = ConnectionPool("127.0.0.1", server.port, ssl_context=None)
+        try:
+            answer = await pool.open("GET", "/watch", [])
+            pieces = [piece async for piece in answer.chunks()]
+            answer.close()
+            assert b"".join(pieces) == b'{"n": 1}\r\n{"n": 2}\n{"n": 3}\n'
+            assert len(pieces) >= 2  # it did not wait for the end
+            again = await pool.open("GET", "/watch", [])
+            await again.read()
+            again.close()
+            assert server.connections == 1  # read to the end: reused
+
+            early = await pool.open("GET", "/watch", [])
+            async for _ in early.chunks():
+                break
+            early.close()
+            last = await pool.open("GET", "/watch", [])
+            await last.read()
+            last.close()
+            assert server.connections == 2  # closed before the end: not reused
+        finally:
+            await pool.close()
+
+
+async def test_kube_client_stream_lines_across_chunk_boundaries() -> None:
+    async with serving(trickle) as server:
+        credentials = ClusterCredentials.from_token(server=f"http://127.0.0.1:{server.port}",
+                                                    token="t", ca_bundle=None)
+        async with KubeClient(credentials) as client, client.stream("GET", "/w") as raw:
+            assert raw.status_code == 200
+            assert raw.headers.get("Transfer-Encoding") == "chunked"
+            lines = [line async for line in raw.lines(idle_timeout_s=5)]
+    assert lines == ['{"n": 1}', '{"n": 2}', '{"n": 3}']

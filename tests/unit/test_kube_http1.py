@@ -124,3 +124,23 @@ def test_encode_get_has_no_content_length() -> None:
     raw = encode_request("GET", "/version", "h", [], None)
     assert b"Content-Length" not in raw
     assert raw.endswith(b"\r\n\r\n")
+
+
+def test_streaming_reads_give_the_head_first_then_the_body_as_it_arrives() -> None:
+    parser = ResponseParser()
+    assert parser.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel") is None
+    assert parser.head_ready and parser.head().status == 200
+    assert parser.take_body() == b"hel"
+    assert parser.feed(b"lo\r\n3\r\n an") is None
+    assert parser.take_body() == b"lo an"
+    assert not parser.complete
+    assert parser.feed(b"\r\n0\r\n\r\n") is not None
+    assert parser.complete and parser.take_body() == b""
+
+
+def test_streaming_a_content_length_body_in_pieces() -> None:
+    parser = ResponseParser()
+    parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+    assert parser.take_body() == b"abc" and not parser.complete
+    assert parser.feed(b"def") is not None
+    assert parser.complete and parser.take_body() == b"def"

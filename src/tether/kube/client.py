@@ -12,6 +12,7 @@ kubectl does); list and watch with `namespace=None` span all namespaces.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import email.utils
 import json
@@ -130,27 +131,44 @@ class ServerVersion:
 class RawStream:
     """A response being read as it arrives; transport failures surface as `Unreachable`."""
 
-    def __init__(self, client: KubeClient, response: httpx.Response) -> None:
+    def __init__(self, client: KubeClient, status_code: int, headers: httpx.Headers,
+                 body: AsyncIterator[bytes]) -> None:
         self._client = client
-        self._response = response
-        self.status_code = response.status_code
-        self.headers: Mapping[str, str] = response.headers
+        self._body = body
+        self.status_code = status_code
+        self.headers: Mapping[str, str] = headers
+
+    @classmethod
+    def of(cls, client: KubeClient, response: httpx.Response) -> RawStream:
+        return cls(client, response.status_code, response.headers, response.aiter_raw())
 
     def header_items(self) -> list[tuple[str, str]]:
         """Every header as received, repeated names included."""
-        return list(self._response.headers.multi_items())
+        assert isinstance(self.headers, httpx.Headers)
+        return list(self.headers.multi_items())
 
     async def chunks(self, *, idle_timeout_s: float | None = None,
                      deadline: float | None = None) -> AsyncIterator[bytes]:
-        async for chunk in self._bounded(self._response.aiter_raw(), idle_timeout_s, deadline):
+        async for chunk in self._bounded(self._body, idle_timeout_s, deadline):
             yield chunk
 
     async def lines(self, *, idle_timeout_s: float | None = None,
                     deadline: float | None = None) -> AsyncIterator[str]:
-        """Lines of the body, each awaited at most `idle_timeout_s` and not past `deadline`
-        (a `time.monotonic()` instant)."""
-        async for line in self._bounded(self._response.aiter_lines(), idle_timeout_s, deadline):
-            yield line
+        """Lines of the body (without their ends: \\n, \\r\\n or \\r), each awaited at most
+        `idle_timeout_s` and not past `deadline` (a `time.monotonic()` instant)."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        async for chunk in self._bounded(self._body, idle_timeout_s, deadline):
+            pending += decoder.decode(chunk)
+            parts = pending.splitlines(keepends=True)
+            # a last part without its end, or ending in \r that a \n may still follow, waits
+            pending = parts.pop() if parts and (not parts[-1].endswith(("\n", "\r"))
+                                                or parts[-1].endswith("\r")) else ""
+            for part in parts:
+                yield part.rstrip("\r\n")
+        pending += decoder.decode(b"", final=True)
+        for part in pending.splitlines():
+            yield part
 
     async def _bounded(self, source: AsyncIterator[T], idle_timeout_s: float | None,
                           deadline: float | None) -> AsyncIterator[T]:
@@ -170,11 +188,13 @@ class RawStream:
                     what = ("stream outlived its deadline" if deadline is not None
                             and time.monotonic() >= deadline else f"no data for {wait:.1f}s")
                     raise Unreachable(server, what) from None
+                except TransportError as exc:
+                    raise Unreachable(server, str(exc)) from exc
                 except _TRANSPORT_ERRORS as exc:
                     raise self._client._unreachable(exc) from exc
                 yield item
         finally:
-            with contextlib.suppress(*_TRANSPORT_ERRORS, RuntimeError):
+            with contextlib.suppress(*_TRANSPORT_ERRORS, TransportError, RuntimeError):
                 await source.aclose()  # type: ignore[attr-defined]
 
 
@@ -295,11 +315,9 @@ class KubeClient:
         try:
             async with asyncio.timeout(budget_s):
                 if self._direct is not None:
-                    target = self._base_path + path
-                    if params:
-                        target += ("&" if "?" in target else "?") + urllib.parse.urlencode(params)
                     answer = await self._direct.request(
-                        method, target, list({**self._headers, **headers}.items()), content)
+                        method, self._request_target(path, params), list({**self._headers, **headers}.items()),
+                        content)
                 else:
                     response = await self._http.request(method, path, content=content, headers=headers,
                                                         params=params, timeout=self._timeout(budget_s, budget_s))
@@ -378,6 +396,10 @@ class KubeClient:
         headers = {"Accept": accept}
         if content is not None:
             headers["Content-Type"] = content_type
+        if self._direct is not None:
+            async with self._direct_stream(method, path, params, content, headers, budget_s) as direct:
+                yield direct
+            return
         request = self._http.build_request(method, path, params=params, content=content, headers=headers,
                                            timeout=self._timeout(budget_s, idle_timeout_s))
         try:
@@ -395,10 +417,42 @@ class KubeClient:
                 except (TimeoutError, *_TRANSPORT_ERRORS):
                     raw = b""
                 raise self._error(_answer_of(response, raw))
-            yield RawStream(self, response)
+            yield RawStream.of(self, response)
         finally:
             with contextlib.suppress(*_TRANSPORT_ERRORS):
                 await response.aclose()
+
+    def _request_target(self, path: str, params: Mapping[str, str] | None) -> str:
+        target = self._base_path + path
+        if params:
+            target += ("&" if "?" in target else "?") + urllib.parse.urlencode(params)
+        return target
+
+    @contextlib.asynccontextmanager
+    async def _direct_stream(self, method: str, path: str, params: Mapping[str, str] | None,
+                             content: bytes | None, headers: dict[str, str],
+                             budget_s: float) -> AsyncIterator[RawStream]:
+        assert self._direct is not None
+        try:
+            async with asyncio.timeout(budget_s):
+                answer = await self._direct.open(method, self._request_target(path, params),
+                                                 list({**self._headers, **headers}.items()), content)
+        except TimeoutError:
+            raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
+        except TransportError as exc:
+            raise Unreachable(self.server, str(exc), request_sent=exc.sent) from exc
+        try:
+            if answer.status >= 400:
+                try:
+                    async with asyncio.timeout(budget_s):
+                        raw = await answer.read()
+                except (TimeoutError, TransportError):
+                    raw = b""
+                raise self._error(Answer(answer.status, answer.reason, answer.headers, raw, False))
+            yield RawStream(self, answer.status, httpx.Headers(list(answer.headers.items())),
+                            answer.chunks())
+        finally:
+            answer.close()
 
     # raw pass-through (the hub's cluster proxy) ------------------------------------------
 
@@ -434,7 +488,7 @@ class KubeClient:
         request = self._raw_request(method, target, headers, content, budget_s, idle_timeout_s)
         response = await self._send_streaming(request, budget_s)
         try:
-            yield RawStream(self, response)
+            yield RawStream.of(self, response)
         finally:
             with contextlib.suppress(*_TRANSPORT_ERRORS):
                 await response.aclose()

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 Dialer = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
@@ -145,12 +145,34 @@ class ResponseParser:
                 return None
 
     def _take_remaining(self) -> bool:
-        """Move the `_remaining` body bytes from the buffer, once they have all arrived."""
-        if len(self._buffer) < self._remaining:
-            return False
-        self._body += self._buffer[:self._remaining]
-        del self._buffer[:self._remaining]
-        return True
+        """Move what has arrived of the `_remaining` body bytes; True once all are there."""
+        count = min(len(self._buffer), self._remaining)
+        if count:
+            self._body += self._buffer[:count]
+            del self._buffer[:count]
+            self._remaining -= count
+        return self._remaining == 0
+
+    @property
+    def head_ready(self) -> bool:
+        return self._state != _HEAD
+
+    @property
+    def complete(self) -> bool:
+        return self._state == _DONE
+
+    def head(self) -> Answer:
+        """The answer so far, without its body (once `head_ready`)."""
+        return Answer(self._status, self._reason, self._headers, b"", self._keep_alive)
+
+    def take_body(self) -> bytes:
+        """The body bytes decoded so far and not yet taken (streaming use)."""
+        if self._state == _UNTIL_CLOSE and self._buffer:
+            self._body += self._buffer
+            self._buffer.clear()
+        piece = bytes(self._body)
+        self._body.clear()
+        return piece
 
     def feed_eof(self) -> Answer:
         """The connection ended: the answer if that completes it, else `TransportError`."""
@@ -279,37 +301,48 @@ class ConnectionPool:
             # the server had closed this idle connection: once more on a fresh one
             return await self._exchange(await self._connect(), method, payload)
 
+    async def open(self, method: str, target: str, headers: Sequence[tuple[str, str]],
+                   body: bytes | None = None) -> StreamedAnswer:
+        """Send a request and return once the answer's head is in; the body is read from the
+        `StreamedAnswer`, which holds the connection (and a slot) until it is closed."""
+        payload = encode_request(method, target, self.authority, headers, body)
+        await self._slots.acquire()
+        try:
+            connection = await self._checkout()
+            parser = ResponseParser(head_request=method == "HEAD")
+            try:
+                await _send(connection, payload)
+                while not parser.head_ready:
+                    await _receive(connection, parser)
+            except BaseException:
+                connection.close()
+                raise
+        except BaseException:
+            self._slots.release()
+            raise
+        return StreamedAnswer(parser.head(), self, connection, parser)
+
+    def _finish(self, connection: _Connection, reusable: bool) -> None:
+        if reusable and not self._closed and len(self._idle) < self._max_idle:
+            connection.idle_since = time.monotonic()
+            connection.reused = True
+            self._idle.append(connection)
+        else:
+            connection.close()
+
     async def _exchange(self, connection: _Connection, method: str, payload: bytes) -> Answer:
         parser = ResponseParser(head_request=method == "HEAD")
-        done = False
+        reusable = False
         try:
-            try:
-                connection.writer.write(payload)
-                await connection.writer.drain()
-            except (OSError, ssl.SSLError, RuntimeError) as exc:
-                raise TransportError(f"sending: {_describe(exc)}", sent=True) from exc
+            await _send(connection, payload)
             while True:
-                try:
-                    data = await connection.reader.read(READ_CHUNK)
-                except (OSError, ssl.SSLError) as exc:
-                    raise TransportError(f"reading: {_describe(exc)}", sent=True,
-                                         answered=parser.received_any) from exc
-                if not data:
-                    answer = parser.feed_eof()
+                answer = await _receive(connection, parser)
+                if answer is not None:
                     break
-                found = parser.feed(data)
-                if found is not None:
-                    answer = found
-                    break
-            done = answer.keep_alive and not parser.leftover and answer.status != 101
+            reusable = answer.keep_alive and not parser.leftover and answer.status != 101
             return answer
         finally:
-            if done and not self._closed and len(self._idle) < self._max_idle:
-                connection.idle_since = time.monotonic()
-                connection.reused = True
-                self._idle.append(connection)
-            else:
-                connection.close()
+            self._finish(connection, reusable)
 
     async def _checkout(self) -> _Connection:
         now = time.monotonic()
@@ -349,6 +382,63 @@ class ConnectionPool:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await asyncio.gather(*(connection.closed() for connection in idle))
+
+
+async def _send(connection: _Connection, payload: bytes) -> None:
+    try:
+        connection.writer.write(payload)
+        await connection.writer.drain()
+    except (OSError, ssl.SSLError, RuntimeError) as exc:
+        raise TransportError(f"sending: {_describe(exc)}", sent=True) from exc
+
+
+async def _receive(connection: _Connection, parser: ResponseParser) -> Answer | None:
+    """Read once into `parser`; the answer when that completed it."""
+    try:
+        data = await connection.reader.read(READ_CHUNK)
+    except (OSError, ssl.SSLError) as exc:
+        raise TransportError(f"reading: {_describe(exc)}", sent=True,
+                             answered=parser.received_any) from exc
+    if not data:
+        return parser.feed_eof()
+    return parser.feed(data)
+
+
+class StreamedAnswer:
+    """An answer whose body is read as it arrives (watches, logs). Close it when done: the
+    connection goes back to the pool only when the body was read to its end."""
+
+    def __init__(self, head: Answer, pool: ConnectionPool, connection: _Connection,
+                 parser: ResponseParser) -> None:
+        self.status = head.status
+        self.reason = head.reason
+        self.headers = head.headers
+        self._pool = pool
+        self._connection: _Connection | None = connection
+        self._parser = parser
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Body bytes (transfer coding removed) until the body ends."""
+        parser = self._parser
+        while True:
+            piece = parser.take_body()
+            if piece:
+                yield piece
+            if parser.complete or self._connection is None:
+                return
+            await _receive(self._connection, parser)  # what it completes is taken above
+
+    async def read(self) -> bytes:
+        return b"".join([piece async for piece in self.chunks()])
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        parser = self._parser
+        self._pool._finish(connection, parser.complete and parser.head().keep_alive
+                           and not parser.leftover and self.status != 101)
+        self._pool._slots.release()
 
 
 def _describe(exc: BaseException) -> str:
