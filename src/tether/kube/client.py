@@ -252,15 +252,17 @@ class KubeClient:
         if credentials.token:
             headers["Authorization"] = f"Bearer {credentials.token}"
         self._headers = headers
+        context = credentials.ssl_context()
+        ssl_context = context if isinstance(context, ssl.SSLContext) else None
         self._http = httpx.AsyncClient(
             base_url=credentials.server,
             headers=headers,
             timeout=timeout_s,
-            transport=build_transport(credentials, self.connect),
+            transport=build_transport(credentials, self.connect, ssl_context),
         )
         # request/response calls go through the lean client unless a proxy or a foreign
         # network backend is configured (those stay on httpcore, which speaks both)
-        self._base_path, self._direct = _direct_pool(credentials, self.connect)
+        self._base_path, self._direct = _direct_pool(credentials, self.connect, ssl_context)
         self._discovery: dict[str, dict[str, Resource]] = {}
         self._discovery_generation: dict[str, int] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}
@@ -745,17 +747,17 @@ class KubeClient:
         return 404, ""
 
 
-def _direct_pool(credentials: ClusterCredentials, options: ConnectOptions) -> tuple[str, ConnectionPool | None]:
+def _direct_pool(credentials: ClusterCredentials, options: ConnectOptions,
+                 ssl_context: ssl.SSLContext | None) -> tuple[str, ConnectionPool | None]:
     """The server URL's path prefix and a lean pool for it, or no pool when a proxy or a
     foreign network backend must carry the connection."""
     url = urllib.parse.urlsplit(credentials.server)
     base_path = url.path.rstrip("/")
     if credentials.proxy_url or options.network_backend is not None or url.scheme not in ("http", "https"):
         return base_path, None
-    context = credentials.ssl_context()
     return base_path, ConnectionPool(
         url.hostname or "localhost", url.port or (443 if url.scheme == "https" else 80),
-        ssl_context=context if isinstance(context, ssl.SSLContext) else None,
+        ssl_context=ssl_context,
         dialer=options.dialer, max_connections=options.max_connections,
         max_idle=options.max_keepalive_connections, keepalive_expiry_s=options.keepalive_expiry_s,
         connect_timeout_s=options.connect_timeout_s)

@@ -86,12 +86,12 @@ class ClusterCredentials:
     def ssl_context(self) -> ssl.SSLContext | bool:
         if not self.server.startswith("https://"):
             return False
-        context = ssl.create_default_context()
+        # With a CA of our own the system store is never read (loading it costs ~15 ms a client)
+        trusted = self.ca_pem.decode() if self.ca_pem and not self.insecure else None
+        context = ssl.create_default_context(cadata=trusted)
         if self.insecure:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        elif self.ca_pem:
-            context.load_verify_locations(cadata=self.ca_pem.decode())
         if self.client_cert_pem and self.client_key_pem:
             # ssl loads key pairs only from files: use a private, short-lived directory.
             with tempfile.TemporaryDirectory(prefix="tether-cred-") as tmp:

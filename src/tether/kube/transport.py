@@ -174,9 +174,12 @@ class CoreTransport(httpx.AsyncBaseTransport):
         await self._pool.aclose()
 
 
-def build_transport(credentials: ClusterCredentials, options: ConnectOptions) -> CoreTransport:
-    context = credentials.ssl_context()
-    ssl_context = context if isinstance(context, ssl.SSLContext) else None
+def build_transport(credentials: ClusterCredentials, options: ConnectOptions,
+                    ssl_context: ssl.SSLContext | None = None) -> CoreTransport:
+    """httpcore's pool for `credentials`; `ssl_context` when the caller has built it already."""
+    if ssl_context is None:
+        context = credentials.ssl_context()
+        ssl_context = context if isinstance(context, ssl.SSLContext) else None
     backend = options.network_backend
     if backend is None and options.dialer is not None:
         backend = DialerBackend(options.dialer)
