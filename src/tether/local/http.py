@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -21,6 +22,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 3 * 1024 * 1024
 IDLE_TIMEOUT_S = 120.0
+SWEEP_INTERVAL_S = 1.0  # idle timeouts end up to this late (see _Deadlines)
 MAX_CONNECTIONS = 4096
 
 
@@ -146,6 +148,40 @@ def _parse_head(raw: bytes) -> tuple[str, str, dict[str, str], str]:
     return method, target, headers, version
 
 
+class _Deadlines:
+    """Idle timeouts for the waits of many connections, without a timer per wait.
+
+    A connection notes when its current wait (a request head, a body, an answer draining)
+    must end, and forgets it after: a dict write, where `asyncio.timeout` schedules and
+    cancels a timer handle (three per request). A sweep every SWEEP_INTERVAL_S, running while
+    the server has connections, cancels the connections whose wait is overdue, which
+    `_on_connection` then closes, as it closed them on a TimeoutError. Waits end at most
+    SWEEP_INTERVAL_S after IDLE_TIMEOUT_S.
+    """
+
+    def __init__(self, connections: set[asyncio.Task[None]]) -> None:
+        self.due: dict[asyncio.Task[None], float] = {}
+        self._connections = connections
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def ensure_sweeping(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.ensure_future(self._sweep())
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+
+    async def _sweep(self) -> None:
+        while self._connections:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            now = time.monotonic()
+            for task, due in list(self.due.items()):
+                if due <= now:
+                    del self.due[task]
+                    task.cancel()
+
+
 class HttpServer:
     """Serves `handler` on one listening socket until `run()` is cancelled."""
 
@@ -167,6 +203,7 @@ class HttpServer:
         self._server_header = server_header
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._deadlines = _Deadlines(self._connections)
 
     @property
     def port(self) -> int:
@@ -194,6 +231,7 @@ class HttpServer:
         if self._server is None:
             return
         self._server.close()
+        self._deadlines.stop()
         tasks = list(self._connections)
         for task in tasks:
             task.cancel()
@@ -209,42 +247,51 @@ class HttpServer:
             writer.close()
             return
         self._connections.add(task)
+        self._deadlines.ensure_sweeping()
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # closing, or an idle timeout (_Deadlines)
             pass
         finally:
             self._connections.discard(task)
+            self._deadlines.due.pop(task, None)
             with contextlib.suppress(Exception):
                 writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer_cert = writer.get_extra_info("peercert")
+        task = asyncio.current_task()
+        assert task is not None
+        due = self._deadlines.due  # instead of asyncio.timeout(IDLE_TIMEOUT_S) around each wait
         while True:
+            due[task] = time.monotonic() + IDLE_TIMEOUT_S
             try:
-                async with asyncio.timeout(IDLE_TIMEOUT_S):  # no extra task per request, as wait_for makes
-                    raw = await reader.readuntil(b"\r\n\r\n")
+                raw = await reader.readuntil(b"\r\n\r\n")
             except asyncio.LimitOverrunError:
                 await self._simple(writer, 431, b"request header too large")
                 return
             except asyncio.IncompleteReadError:
                 return
+            finally:
+                due.pop(task, None)
             try:
                 method, target, headers, version = _parse_head(raw[:-4])
             except BadHttpRequest as exc:
                 await self._simple(writer, 400, str(exc).encode())
                 return
+            due[task] = time.monotonic() + IDLE_TIMEOUT_S  # a client that stalls mid-body
             try:
-                async with asyncio.timeout(IDLE_TIMEOUT_S):  # a client that stalls mid-body
-                    body = await self._read_body(reader, headers)
+                body = await self._read_body(reader, headers)
             except BodyTooLarge:
                 await self._send(writer, await self._handler_error(413), keep_alive=False)
                 return
             except BadHttpRequest as exc:
                 await self._simple(writer, 400, str(exc).encode())
                 return
+            finally:
+                due.pop(task, None)
             split = urlsplit(target)
             request = Request(
                 method=method,
@@ -311,8 +358,13 @@ class HttpServer:
         if not keep_alive:
             headers.append(("Connection", "close"))
         writer.write(_head(reply.status, headers) + reply.body)
-        async with asyncio.timeout(IDLE_TIMEOUT_S):  # a client that never reads its answer
+        task = asyncio.current_task()
+        assert task is not None
+        self._deadlines.due[task] = time.monotonic() + IDLE_TIMEOUT_S  # a client that never reads
+        try:
             await writer.drain()
+        finally:
+            self._deadlines.due.pop(task, None)
 
     async def _stream(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: StreamResponse
