@@ -72,3 +72,48 @@ async def test_failures_retry_with_backoff_and_requeue_after() -> None:
     engine.enqueue("a")
     await _run_until(engine, lambda: attempts >= 4)
     assert attempts == 4
+
+
+async def test_changes_are_served_before_a_background_resync() -> None:
+    seen: list[str] = []
+
+    async def reconcile(key: str) -> None:
+        seen.append(key)
+
+    engine: Engine[str] = Engine("t", reconcile)
+    for i in range(50):
+        engine.enqueue(f"resync-{i}", background=True)
+    engine.enqueue("changed")
+    engine.enqueue("resync-7")  # a real change to a key that waits in the background: promoted
+    await _run_until(engine, lambda: len(seen) >= 50 and engine.idle())
+    assert seen[:2] == ["changed", "resync-7"]
+    assert sorted(seen) == sorted(["changed", *(f"resync-{i}" for i in range(50))])  # each once
+
+
+async def test_background_enqueue_neither_duplicates_nor_demotes() -> None:
+    seen: list[str] = []
+    gate = asyncio.Event()
+
+    async def reconcile(key: str) -> None:
+        seen.append(key)
+        if key == "first":
+            await gate.wait()
+
+    engine: Engine[str] = Engine("t", reconcile)
+    engine.enqueue("first")
+    engine.enqueue("a")
+    engine.enqueue("a", background=True)  # already waiting in front: stays there, once
+    engine.enqueue("b", background=True)
+    task = asyncio.create_task(engine.run())
+    try:
+        await asyncio.sleep(0.05)
+        engine.enqueue("first", background=True)  # active: a resync does not queue it again
+        gate.set()
+        async with asyncio.timeout(2):
+            while not (len(seen) >= 3 and engine.idle()):  # noqa: ASYNC110 - polling a test condition
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert seen == ["first", "a", "b"]

@@ -51,7 +51,7 @@ class HubConfig:
     port: int = 8443
     health_port: int | None = None
     health: HealthTimers = field(default_factory=HealthTimers)
-    resync_s: float = 60.0
+    resync_s: float = 300.0
     shutdown_s: float = SHUTDOWN_S
     tunnel_agent_port: int | None = None  # None: no tunnel server
     tunnel_frontend_port: int = 8088

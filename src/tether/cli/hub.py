@@ -63,7 +63,7 @@ def run(
                                                     "probe result must hold before Ready flips")] = 30.0,
     health_grace: Annotated[float, typer.Option("--health-grace", help="Seconds without a pull "
                                                 "member's heartbeat before it turns Unknown")] = 40.0,
-    resync: Annotated[float, typer.Option("--resync", help="Seconds between full resyncs")] = 60.0,
+    resync: Annotated[float, typer.Option("--resync", help="Seconds between full resyncs (a safety net: changes arrive as events; a resync waits behind them)")] = 300.0,
     tunnel_agent_port: Annotated[int | None, typer.Option(
         "--tunnel-agent-port", help="Run a tunnel server for pull members; agents dial this port "
         "(0 picks one)")] = None,

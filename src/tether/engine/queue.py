@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import logging
 import random
@@ -46,8 +47,12 @@ class Engine(Generic[K]):
         self._workers = workers
         self._base_backoff_s = base_backoff_s
         self._max_backoff_s = max_backoff_s
-        self._ready: asyncio.Queue[K] = asyncio.Queue()
-        self._queued: set[K] = set()
+        # two lanes: what changed goes first; periodic resyncs wait in the background lane, so
+        # a resync of 10,000 keys does not stand in front of the next real change
+        self._urgent: collections.deque[K] = collections.deque()
+        self._background: collections.deque[K] = collections.deque()
+        self._queued: dict[K, bool] = {}  # key -> queued in the background lane only
+        self._has_work = asyncio.Event()
         self._active: set[K] = set()
         self._dirty: set[K] = set()  # changed while being reconciled: run again after
         self._failures: dict[K, int] = {}
@@ -56,19 +61,43 @@ class Engine(Generic[K]):
         self._wake = asyncio.Event()
         self.reconciled = 0
 
-    def enqueue(self, key: K, *, delay_s: float = 0.0) -> None:
+    def enqueue(self, key: K, *, delay_s: float = 0.0, background: bool = False) -> None:
+        """Reconcile `key` (once, however often it is enqueued before that). `background`: a
+        periodic resync, served only when no other key waits; a plain enqueue of a key waiting
+        there moves it to the front lane."""
         if delay_s > 0:
             self._seq += 1
             heapq.heappush(self._delayed, _Delayed(time.monotonic() + delay_s, self._seq, key))
             self._wake.set()
             return
         if key in self._active:
-            self._dirty.add(key)
+            if not background:
+                self._dirty.add(key)
             return
-        if key in self._queued:
-            return
-        self._queued.add(key)
-        self._ready.put_nowait(key)
+        waiting_in_background = self._queued.get(key)
+        if waiting_in_background is None:
+            self._queued[key] = background
+            (self._background if background else self._urgent).append(key)
+            self._has_work.set()
+        elif waiting_in_background and not background:
+            self._queued[key] = False  # promoted; its background entry is skipped when reached
+            self._urgent.append(key)
+            self._has_work.set()
+
+    async def _next(self) -> K:
+        while True:
+            while self._urgent:
+                key = self._urgent.popleft()
+                if key in self._queued:
+                    del self._queued[key]
+                    return key
+            while self._background:
+                key = self._background.popleft()
+                if self._queued.get(key) is True:
+                    del self._queued[key]
+                    return key
+            self._has_work.clear()
+            await self._has_work.wait()
 
     def idle(self) -> bool:
         return not self._queued and not self._active and not self._dirty
@@ -93,8 +122,7 @@ class Engine(Generic[K]):
 
     async def _worker(self) -> None:
         while True:
-            key = await self._ready.get()
-            self._queued.discard(key)
+            key = await self._next()
             self._active.add(key)
             try:
                 await self._reconcile(key)

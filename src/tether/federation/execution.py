@@ -171,7 +171,7 @@ class WorkExecutor:
         while True:
             await asyncio.sleep(self.resync_s)
             for key in self.shared.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
-                self.engine.enqueue(key)
+                self.engine.enqueue(key, background=True)
 
     async def _counted(self, key: ObjectKey) -> None:
         try:

@@ -220,14 +220,14 @@ class _Base(Generic[K]):
     def all_keys(self) -> Iterable[K]:
         raise NotImplementedError
 
-    def enqueue_all(self) -> None:
+    def enqueue_all(self, *, background: bool = False) -> None:
         for key in self.all_keys():
-            self.engine.enqueue(key)
+            self.engine.enqueue(key, background=background)
 
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.resync_s)
-            self.enqueue_all()
+            self.enqueue_all(background=True)
 
     def _start(self, informer: Informer) -> asyncio.Task[None]:
         assert self._group is not None, "controller not running"
