@@ -27,6 +27,7 @@ from tether.kube import (
     Unreachable,
     WatchEvent,
     load_kubeconfig,
+    strip_managed_fields,
 )
 
 pytestmark = pytest.mark.e2e
@@ -134,6 +135,26 @@ async def test_cache_converges_and_feeds_the_engine(data_dir: Path) -> None:
         mine = [(e.type, e.key.name) for e in events if e.key.name == "c1"]
         assert mine == [("ADDED", "c1"), ("MODIFIED", "c1")]
         assert informer.relists == 1
+
+
+async def test_transform_strips_managed_fields_from_listed_and_watched_objects(data_dir: Path) -> None:
+    events: list[WatchEvent] = []
+    async with KubeClient(credentials(data_dir)) as client:
+        ns = await new_namespace(client)
+        await client.apply(cm("listed", ns, v="0"), field_manager="test")
+        informer = Informer(client, "v1", "ConfigMap", ns, on_event=events.append, backoff=FAST,
+                            transform=strip_managed_fields)
+        async with running(informer):
+            await informer.wait_synced(timeout_s=10)
+            await client.apply(cm("watched", ns, v="1"), field_manager="test")
+            await eventually(lambda: informer.get(ns, "watched") is not None, what="watched cached")
+        server = await client.get("v1", "ConfigMap", "watched", ns)
+    assert server["metadata"]["managedFields"]  # the server has them; the cache does not
+    for name in ("listed", "watched"):
+        cached = informer.get(ns, name)
+        assert cached is not None and "managedFields" not in cached["metadata"], cached
+        assert cached["metadata"]["resourceVersion"]
+    assert all("managedFields" not in e.object["metadata"] for e in events)
 
 
 async def test_wait_synced_times_out_while_unreachable() -> None:

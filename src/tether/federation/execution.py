@@ -50,6 +50,7 @@ from tether.kube import (
     ObjectKey,
     Unreachable,
     WatchEvent,
+    strip_managed_fields,
 )
 
 from . import works as W
@@ -263,7 +264,8 @@ class WorkExecutor:
         if entry is not None:
             return entry[0]
         informer = Informer(member.client, api_version, kind, label_selector=MEMBER_SELECTOR,
-                            on_event=lambda e: self._on_member(cluster, e))
+                            on_event=lambda e: self._on_member(cluster, e),
+                            transform=strip_managed_fields)
         assert self._group is not None
         member.informers[(api_version, kind)] = (informer, self._group.create_task(informer.run()))
         return informer

@@ -46,6 +46,7 @@ from tether.kube import (
     ObjectKey,
     WatchEvent,
     object_key,
+    strip_managed_fields,
 )
 
 from . import works as W
@@ -112,7 +113,7 @@ class HubInformers:
         self.clusters = Informer(self.host, CLUSTER_API_VERSION, "Cluster",
                                  on_event=self._on_cluster)
         self.works = Informer(self.host, WORK_API_VERSION, "Work", label_selector=W.WORK_SELECTOR,
-                              on_event=self._on_work)
+                              on_event=self._on_work, transform=strip_managed_fields)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:

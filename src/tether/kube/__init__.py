@@ -40,6 +40,7 @@ from tether.kube.watch import (
     ObjectKey,
     WatchEvent,
     object_key,
+    strip_managed_fields,
     watch,
 )
 
@@ -83,5 +84,6 @@ __all__ = [
     "error_from_status",
     "load_kubeconfig",
     "object_key",
+    "strip_managed_fields",
     "watch",
 ]
