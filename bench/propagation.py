@@ -311,7 +311,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        paced = f" at {self.rate:g}/s" if self.rate else ""
+        paced = f" at {self.rate:g}/s" if self.rate else ", burst"
         return f"{self.clusters} x {self.templates:,} {self.kind}s{paced}"
 
 
@@ -648,7 +648,7 @@ def rows(results: list[FleetResult]) -> list[tuple[str, ...]]:
             ready = (f"{ms(percentile(r.ready, 50))} / {ms(percentile(r.ready, 99))}"
                      if r.ready else "-")
             p99 = percentile(lat, 99)
-            met = "-" if r.clusters != 10 else ("yes" if p99 <= GOAL_P99_S and not r.missing else "no")
+            met = "yes" if p99 <= GOAL_P99_S and not r.missing else "no"
             missing = f" ({r.missing} missing)" if r.missing else ""
             out.append((
                 r.label,
@@ -741,9 +741,12 @@ timers) as its own process. Dialect: Karmada, one `PropagationPolicy` selecting 
 A fresh fleet per cluster count (temporary data dirs, all stopped with `tether local down` and the
 hub by PID even when a run fails). Runs with clusters x templates above {MAX_PAIRS:,} are skipped.
 The first run (10 members) creates {PACED_TEMPLATES} templates paced at `--paced` per second (default
-{PACED_RATE:g}/s): latency without a backlog. The other runs create theirs {CREATE_CONCURRENCY} at a
-time, as fast as the host acknowledges them: the percentiles include the queue the hub builds while
-they arrive. Earlier runs' objects stay (the hub keeps them in its caches and resyncs them).
+{PACED_RATE:g}/s): latency without a backlog. Then each `--templates` count twice: **steady**, created
+at `--steady` (template, member) pairs per second (default {STEADY_PAIRS_PER_S:g}: {STEADY_PAIRS_PER_S / 10:g}
+templates/s at 10 members, {STEADY_PAIRS_PER_S / 50:g} at 50), the way Karmada's SLO is measured (a
+load the control plane sustains), and as a **burst**, {CREATE_CONCURRENCY} creates at a time as fast
+as the host acknowledges them: its percentiles include the queue the hub builds while they arrive.
+Earlier runs' objects stay (the hub keeps them in its caches and resyncs them).
 `--json FILE` saves the results, `--from-json FILE` prints and writes saved results without a run.
 
 ### What the numbers mean
@@ -752,7 +755,8 @@ they arrive. Earlier runs' objects stay (the hub keeps them in its caches and re
   acknowledgement on the host to the first watch event showing the object in that member
   (a `tether.kube.Informer` per member in the bench process, labelSelector of the run).
   "create -> ready" (Deployments, 1 virtual replica) is to `status.readyReplicas == 1` there.
-- "p99 <= 1 s" is the goal at 10 members (Karmada's SLO is 2 s, its measured P99 1.3 s).
+- "p99 <= 1 s" is the goal at 10 members (Karmada's SLO is 2 s, its measured P99 1.3 s), shown for
+  every run.
 - "wall" is first create sent -> last object present (ready for Deployments); "(creates)" is how
   long the {CREATE_CONCURRENCY} creators took to get every template acknowledged; "settle" is how long
   the hub kept working (CPU above {SETTLE_CPU:.0%} of a core) after the last object: Work status
