@@ -406,9 +406,8 @@ NOTES = """
   `asyncio.wait_for` (another task plus a timer) even when an event was already queued. Now one
   pump task per stream, and queued events are taken without waiting. Server CPU per delivered
   event went from about 0.069 ms to 0.055-0.063 ms and watch p99 from 10-70 ms to 4-20 ms.
-- Not changed (other owners): `watching.stream` JSON-encodes the same event once per watcher;
-  with N watchers on one resource that is N identical `json.dumps` calls. Encoding once per
-  (event, rendering) and sharing the bytes would cut the largest remaining per-watcher cost.
+- Since changed (see "API server hot path" below): a write's JSON text is encoded once and shared
+  by its answer and every watcher's event line; these numbers predate that.
 - Under cProfile everything is about 2-3x slower and watch latency is not meaningful.
 """
 
