@@ -87,7 +87,10 @@ async def test_kubectl_port_forward_reports_dial_errors(env: Env, transport: dic
         closed_port = probe.getsockname()[1]
     env.create_pod("p", pod_ip=ip)
     async with port_forward(env, "pod/p", closed_port, transport) as (local, process):
-        answer = await http_get("127.0.0.1", local, "/")
+        try:
+            answer = await http_get("127.0.0.1", local, "/")
+        except ConnectionResetError:  # kubectl may close with our request unread: a reset
+            answer = b""
         assert answer == b""
         assert process.stderr is not None
         text = b""
