@@ -78,6 +78,20 @@ async def one_per_connection_without_saying_so(reader: asyncio.StreamReader, wri
     await writer.drain()
 
 
+@contextlib.asynccontextmanager
+async def stale_pool(server: Server) -> AsyncIterator[ConnectionPool]:
+    """A pool whose idle connection the server has hung up, handed out as if that was not seen
+    yet (the race a real client meets)."""
+    pool = ConnectionPool("127.0.0.1", server.port, ssl_context=None, keepalive_expiry_s=60)
+    try:
+        await pool.request("GET", "/a", [])
+        pool._idle[0].usable = lambda now, expiry_s: True  # type: ignore[method-assign]
+        await asyncio.sleep(0.05)
+        yield pool
+    finally:
+        await pool.close()
+
+
 async def test_connections_are_reused() -> None:
     async with serving(keep_alive) as server:
         pool = ConnectionPool("127.0.0.1", server.port, ssl_context=None)
@@ -116,18 +130,9 @@ async def test_a_get_on_a_connection_the_server_closed_is_tried_again() -> None:
 
 async def test_a_write_on_a_stale_connection_is_not_replayed() -> None:
     """A PATCH whose connection died under it may have been processed: the caller decides."""
-    async with serving(one_per_connection_without_saying_so) as server:
-        pool = ConnectionPool("127.0.0.1", server.port, ssl_context=None, keepalive_expiry_s=60)
-        try:
-            await pool.request("GET", "/a", [])
-            # make the pool hand out the dead connection as if the hang-up was not seen yet
-            stale = pool._idle[0]
-            stale.usable = lambda now, expiry_s: True  # type: ignore[method-assign]
-            await asyncio.sleep(0.05)
-            with pytest.raises(TransportError) as caught:
-                await pool.request("PATCH", "/b", [], b"{}")
-        finally:
-            await pool.close()
+    async with serving(one_per_connection_without_saying_so) as server, stale_pool(server) as pool:
+        with pytest.raises(TransportError) as caught:
+            await pool.request("PATCH", "/b", [], b"{}")
     assert caught.value.sent and not caught.value.answered
 
 
@@ -267,3 +272,59 @@ async def test_kube_client_stream_lines_across_chunk_boundaries() -> None:
             assert raw.headers.get("Transfer-Encoding") == "chunked"
             lines = [line async for line in raw.lines(idle_timeout_s=5)]
     assert lines == ['{"n": 1}', '{"n": 2}', '{"n": 3}']
+
+
+async def test_bytes_sent_while_idle_never_answer_the_next_request() -> None:
+    async def late_408(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        server.requests.append(await read_request(reader))
+        writer.write(ok(b'{"first": true}'))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)  # keeps the connection open: only the stray bytes tell
+
+    async with serving(late_408) as server:
+        pool = ConnectionPool("127.0.0.1", server.port, ssl_context=None)
+        try:
+            await pool.request("GET", "/a", [])
+            await asyncio.sleep(0.2)
+            answer = await pool.request("POST", "/b", [], b"{}")
+        finally:
+            await pool.close()
+    assert answer.status == 200 and answer.body == b'{"first": true}'
+    assert server.requests == [b"GET /a HTTP/1.1", b"POST /b HTTP/1.1"]
+    assert server.connections == 2
+
+
+async def test_a_stream_on_a_connection_the_server_closed_is_opened_again() -> None:
+    async with serving(one_per_connection_without_saying_so) as server, stale_pool(server) as pool:
+        answer = await pool.open("GET", "/watch", [])
+        body = await answer.read()
+        answer.close()
+    assert answer.status == 200 and body == b"{}"
+    assert server.requests == [b"GET /a HTTP/1.1", b"GET /watch HTTP/1.1"]
+
+
+async def test_stream_lines_split_only_at_newlines() -> None:
+    # NEL and LINE SEPARATOR inside a value, \r\n split over chunks, a long line in pieces, an
+    # empty line, and a two-byte character split over chunks in a last line without \n
+    raw = [p.encode() for p in ('{"v": "a\u0085b\u2028c"}\r', "\n", "x" * 5000, "y" * 5000 + "\n\n")]
+    raw += ["é".encode()[:1], "é".encode()[1:] + b"tail"]
+
+    async def odd_lines(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        server.requests.append(await read_request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in raw:
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async with serving(odd_lines) as server:
+        credentials = ClusterCredentials.from_token(server=f"http://127.0.0.1:{server.port}",
+                                                    token="t", ca_bundle=None)
+        async with KubeClient(credentials) as client, client.stream("GET", "/w") as stream:
+            lines = [line async for line in stream.lines(idle_timeout_s=5)]
+    assert lines == ['{"v": "a\u0085b\u2028c"}', "x" * 5000 + "y" * 5000, "", "étail"]

@@ -89,6 +89,10 @@ def test_bytes_after_the_answer_are_reported_as_leftover() -> None:
     b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x10\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nab",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxYZ",
 ])
 def test_malformed_answers_raise_protocol_errors(raw: bytes) -> None:
@@ -144,3 +148,20 @@ def test_streaming_a_content_length_body_in_pieces() -> None:
     assert parser.take_body() == b"abc" and not parser.complete
     assert parser.feed(b"def") is not None
     assert parser.complete and parser.take_body() == b"def"
+
+
+def test_a_repeated_identical_content_length_is_accepted() -> None:
+    answer = ResponseParser().feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab")
+    assert answer is not None and answer.body == b"ab"
+
+
+def test_chunked_with_a_content_length_is_read_chunked_and_not_reused() -> None:
+    answer = ResponseParser().feed(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\n\r\n2\r\nab\r\n0\r\n\r\n")
+    assert answer is not None and answer.body == b"ab" and not answer.keep_alive
+
+
+def test_request_targets_cannot_break_the_request_line() -> None:
+    raw = encode_request("GET", "/api/v1/namespaces/a b\r\nX: y/é?q=1%2C2", "h", [], None)
+    line = raw.split(b"\r\n", 1)[0]
+    assert line == b"GET /api/v1/namespaces/a%20b%0D%0AX:%20y/%C3%A9?q=1%2C2 HTTP/1.1"

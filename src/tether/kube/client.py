@@ -154,21 +154,24 @@ class RawStream:
 
     async def lines(self, *, idle_timeout_s: float | None = None,
                     deadline: float | None = None) -> AsyncIterator[str]:
-        """Lines of the body (without their ends: \\n, \\r\\n or \\r), each awaited at most
-        `idle_timeout_s` and not past `deadline` (a `time.monotonic()` instant)."""
+        """Lines of the body, split at \\n (a \\r before it is dropped), each awaited at most
+        `idle_timeout_s` and not past `deadline` (a `time.monotonic()` instant). Only \\n ends
+        a line: JSON from Go may carry U+0085 or U+2028 unescaped inside a value."""
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pending = ""
+        pending: list[str] = []  # the unfinished line, in pieces (no rescans of a long line)
         async for chunk in self._bounded(self._body, idle_timeout_s, deadline):
-            pending += decoder.decode(chunk)
-            parts = pending.splitlines(keepends=True)
-            # a last part without its end, or ending in \r that a \n may still follow, waits
-            pending = parts.pop() if parts and (not parts[-1].endswith(("\n", "\r"))
-                                                or parts[-1].endswith("\r")) else ""
-            for part in parts:
-                yield part.rstrip("\r\n")
-        pending += decoder.decode(b"", final=True)
-        for part in pending.splitlines():
-            yield part
+            text = decoder.decode(chunk)
+            start = 0
+            while (end := text.find("\n", start)) >= 0:
+                pending.append(text[start:end])
+                yield "".join(pending).removesuffix("\r")
+                pending.clear()
+                start = end + 1
+            if start < len(text):
+                pending.append(text[start:])
+        pending.append(decoder.decode(b"", final=True))
+        if last := "".join(pending).removesuffix("\r"):
+            yield last
 
     async def _bounded(self, source: AsyncIterator[T], idle_timeout_s: float | None,
                           deadline: float | None) -> AsyncIterator[T]:

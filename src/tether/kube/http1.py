@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 Dialer = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 
 MAX_HEAD_BYTES = 256 * 1024
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_DIGITS = re.compile(r"[0-9]{1,19}")
+_TARGET_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))  # printable ASCII, no space
 READ_CHUNK = 256 * 1024
 CLOSE_TIMEOUT_S = 2.0
 REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -113,10 +118,9 @@ class ResponseParser:
                     return None
                 line = bytes(self._buffer[:end]).split(b";", 1)[0].strip()
                 del self._buffer[:end + 2]
-                try:
-                    self._remaining = int(line, 16)
-                except ValueError:
-                    raise ProtocolError(f"bad chunk size {line[:20]!r}") from None
+                if not _HEX.fullmatch(line):
+                    raise ProtocolError(f"bad chunk size {line[:20]!r}")
+                self._remaining = int(line, 16)
                 self._state = _CHUNK_DATA if self._remaining else _TRAILERS
             elif self._state == _CHUNK_DATA:
                 if not self._take_remaining():
@@ -219,13 +223,14 @@ class ResponseParser:
             self._state = _DONE
         elif "chunked" in headers.get("transfer-encoding", "").lower():
             self._state = _CHUNK_SIZE
+            if "content-length" in headers:
+                self._keep_alive = False  # RFC 9112 6.3: framing in doubt, do not reuse
         elif "content-length" in headers:
-            try:
-                self._remaining = int(headers["content-length"])
-            except ValueError:
-                raise ProtocolError(f"bad Content-Length {headers['content-length'][:20]!r}") from None
-            if self._remaining < 0:
-                raise ProtocolError("negative Content-Length")
+            # a repeated header arrives joined ("2, 2"): fine when every value agrees
+            values = {v.strip() for v in headers["content-length"].split(",")}
+            if len(values) != 1 or not _DIGITS.fullmatch(next(iter(values))):
+                raise ProtocolError(f"bad Content-Length {headers['content-length'][:20]!r}")
+            self._remaining = int(next(iter(values)))
             self._state = _LENGTH
         else:
             self._state = _UNTIL_CLOSE
@@ -238,6 +243,9 @@ class ResponseParser:
 
 def encode_request(method: str, target: str, host: str, headers: Sequence[tuple[str, str]],
                    body: bytes | None) -> bytes:
+    """The request head and body. Spaces, control and non-ASCII characters in `target` are
+    percent-encoded (UTF-8), so nothing can end the request line early."""
+    target = urllib.parse.quote(target, safe=_TARGET_SAFE)
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     lines += [f"{name}: {value}" for name, value in headers]
     if body is not None or method in ("POST", "PUT", "PATCH"):
@@ -254,7 +262,10 @@ class _Connection:
     reused: bool = False
 
     def usable(self, now: float, expiry_s: float) -> bool:
-        return (not self.writer.is_closing() and not self.reader.at_eof()
+        # bytes that arrived while idle (a late 408, a stray body byte) would be read as the
+        # next request's answer; StreamReader has no public "buffered" query
+        unsolicited = bool(getattr(self.reader, "_buffer", b""))
+        return (not self.writer.is_closing() and not self.reader.at_eof() and not unsolicited
                 and now - self.idle_since < expiry_s)
 
     def close(self) -> None:
@@ -309,18 +320,31 @@ class ConnectionPool:
         await self._slots.acquire()
         try:
             connection = await self._checkout()
-            parser = ResponseParser(head_request=method == "HEAD")
             try:
-                await _send(connection, payload)
-                while not parser.head_ready:
-                    await _receive(connection, parser)
-            except BaseException:
-                connection.close()
-                raise
+                parser = await self._start(connection, method, payload)
+            except TransportError as exc:
+                if not (connection.reused and not exc.answered and method in REPLAYABLE):
+                    raise
+                # the server had closed this idle connection: once more on a fresh one
+                connection = await self._connect()
+                parser = await self._start(connection, method, payload)
         except BaseException:
             self._slots.release()
             raise
         return StreamedAnswer(parser.head(), self, connection, parser)
+
+    @staticmethod
+    async def _start(connection: _Connection, method: str, payload: bytes) -> ResponseParser:
+        """Send, and read until the answer's head is in; the connection is closed on failure."""
+        parser = ResponseParser(head_request=method == "HEAD")
+        try:
+            await _send(connection, payload)
+            while not parser.head_ready:
+                await _receive(connection, parser)
+        except BaseException:
+            connection.close()
+            raise
+        return parser
 
     def _finish(self, connection: _Connection, reusable: bool) -> None:
         if reusable and not self._closed and len(self._idle) < self._max_idle:
