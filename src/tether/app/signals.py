@@ -28,26 +28,36 @@ log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 HARD_EXIT_CODE = 3
 HARD_EXIT_MARGIN_S = 5.0  # past the graceful bound, before the watchdog ends the process
+WATCHDOG_POLL_S = 1.0
 
 
 @contextlib.contextmanager
 def stop_on_signals(stop: asyncio.Event, *, hard_exit_after_s: float) -> Iterator[None]:
     """Set `stop` on SIGTERM/SIGINT while the block runs; previous handlers come back after."""
     loop = asyncio.get_running_loop()
+    signalled = threading.Event()
+    finished = threading.Event()  # the block ended without a signal: the watchdog can go
 
     def watchdog() -> None:
+        while not signalled.wait(WATCHDOG_POLL_S):
+            if finished.is_set():
+                return
         time.sleep(hard_exit_after_s)
         log.error("still running %.1fs after the stop signal; exiting", hard_exit_after_s)
         logging.shutdown()
         sys.stderr.flush()
         os._exit(HARD_EXIT_CODE)
 
+    # started now, not in the handler: starting a thread takes a lock the interrupted main
+    # thread may hold
+    threading.Thread(target=watchdog, name="stop-watchdog", daemon=True).start()
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
+        if signalled.is_set():
             return
+        signalled.set()
         log.info("%s received: stopping", signal.Signals(signum).name)
         loop.call_soon_threadsafe(stop.set)
-        threading.Thread(target=watchdog, name="stop-watchdog", daemon=True).start()
 
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -55,8 +65,10 @@ def stop_on_signals(stop: asyncio.Event, *, hard_exit_after_s: float) -> Iterato
     try:
         yield
     finally:
+        finished.set()
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if handler is not None:  # None: installed outside Python, nothing to put back
+                signal.signal(sig, handler)
 
 
 async def run_until_signal(main: Coroutine[Any, Any, None], *, shutdown_s: float,
