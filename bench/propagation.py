@@ -537,7 +537,7 @@ class FleetResult:
 
 
 def plan_runs(clusters: int, templates: list[int], deployments: int,
-              paced: float, steady_pairs: float) -> list[tuple[str, int, float]]:
+              paced: float, steady_pairs: float, bursts: bool = True) -> list[tuple[str, int, float]]:
     """(kind, templates, templates/s or 0 for a burst) in run order: the light paced run, each
     count at the steady rate, then each count as a burst."""
     runs: list[tuple[str, int, float]] = []
@@ -546,7 +546,8 @@ def plan_runs(clusters: int, templates: list[int], deployments: int,
     counts = [count for count in sorted(templates) if clusters * count <= MAX_PAIRS]
     if steady_pairs:
         runs += [("ConfigMap", count, round(steady_pairs / clusters, 2)) for count in counts]
-    runs += [("ConfigMap", count, 0.0) for count in counts]
+    if bursts:
+        runs += [("ConfigMap", count, 0.0) for count in counts]
     if deployments and clusters * deployments <= MAX_PAIRS:
         runs.insert(min(len(runs), 2 if paced else 1), ("Deployment", deployments, 0.0))
     return runs
@@ -845,6 +846,8 @@ def main() -> None:
     parser.add_argument("--steady", type=float, default=STEADY_PAIRS_PER_S,
                         help="(template, member) pairs/s of the steady runs: each --templates count "
                              "is also created at this / clusters templates/s (0: none)")
+    parser.add_argument("--no-bursts", action="store_false", dest="bursts",
+                        help="only the paced and steady runs")
     parser.add_argument("--py-spy", type=Path, dest="spy", help="py-spy the hub and host per run, into DIR")
     parser.add_argument("--json", type=Path, help="also save the results as JSON here")
     parser.add_argument("--from-json", type=Path, help="no run: print and write these saved results")
@@ -870,7 +873,7 @@ def main() -> None:
             results.append(FleetResult(requested, {}, [], 0, "no local cluster slots free", requested))
             continue
         plan = plan_runs(clusters, args.templates, args.deployments if clusters <= 10 else 0,
-                         args.paced if clusters <= 10 else 0.0, args.steady)
+                         args.paced if clusters <= 10 else 0.0, args.steady, args.bursts)
         result = run_fleet(clusters, plan, args.spy)
         result.requested = requested
         results.append(result)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
+from tether.app.gcpacing import GcPacing
 from tether.app.signals import run_until_signal
 from tether.federation.execution import WorkExecutor
 from tether.federation.health import HealthTimers, build_health_controller
@@ -128,6 +129,7 @@ class Hub:
                 group.create_task(self.kubefed.run())
                 group.create_task(self.karmada.run())
                 group.create_task(self.executor.run())
+                group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())
         finally:
