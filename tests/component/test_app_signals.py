@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -52,11 +53,27 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def start(kind: str, hard: float = 2.0) -> subprocess.Popen[str]:
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    """No child outlives its test, whatever the test's outcome."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def start(kind: str, hard: float = 2.0, *, ready: bool = True) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, "-c", CHILD.format(kind=kind, hard=hard)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    STARTED.append(proc)
     assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
+    if ready:
+        assert proc.stdout.readline().strip() == "ready"
     return proc
 
 
@@ -91,8 +108,7 @@ def test_either_signal_works(sig: signal.Signals) -> None:
 
 
 def test_a_failing_main_raises_without_a_signal() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD.format(kind="failing", hard=2.0)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start("failing", ready=False)
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == 7, err
     assert "raised boom" in out
