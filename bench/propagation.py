@@ -809,8 +809,8 @@ NOTES = """
     CA (a new member client ~30 ms -> 0.6 ms).
   - The local API server (host and members): one JSON encoding per write shared by the answer and
     every watcher, status writes and server-side apply without whole-object copies, cached
-    managedFields, internal controllers woken only by their own resources, CRD schemas compiled
-    once per version, no timers per request (`bench/apiserver_hotpath.py`: 3.04 -> 1.74 ms of
+    managedFields, internal controllers woken only by their own resources, no timers per
+    request (`bench/apiserver_hotpath.py`: 3.04 -> 1.81 ms of
     server CPU per Work-create/status/GET/apply iteration; see that section).
   - The engine serves changes before periodic resyncs (a background lane), and the hub resyncs
     every 300 s instead of 60 s: at 10,000 Works a resync put 10,000 keys in front of new work

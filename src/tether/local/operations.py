@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tether.local import crds, objects, patching
+from tether.local import crds, objects, patching, schema
 from tether.local.errors import (
     ApiError,
     Cause,
@@ -146,14 +146,14 @@ class Operations:
             raise invalid(rt.kind, name, causes, rt.group)
 
     def _schema_causes(self, rt: ResourceType, obj: Obj, *, strict: bool) -> list[Cause]:
-        compiled = rt.compiled_schema
-        pruned, unknown = compiled.prune(obj)
+        assert rt.schema is not None
+        pruned, unknown = schema.prune(obj, rt.schema)
         if unknown and strict:
             fields = ", ".join(f'unknown field "{p}"' for p in unknown)
             raise bad_request(f"strict decoding error: {fields}")
         obj.clear()
-        obj.update(compiled.apply_defaults(pruned, copy=False))  # pruned is our own copy
-        return [Cause(v.reason, v.message, v.field) for v in compiled.validate(obj)]
+        obj.update(schema.apply_defaults(pruned, rt.schema, copy=False))  # pruned is our own copy
+        return [Cause(v.reason, v.message, v.field) for v in schema.validate(obj, rt.schema)]
 
     def _admit(self, rt: ResourceType, obj: Obj, current: Obj | None) -> None:
         for plugin in self.admission:

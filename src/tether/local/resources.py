@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
-
-from tether.local.schema import CompiledSchema
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -40,11 +37,6 @@ class ResourceType:
     selectable_fields: tuple[str, ...] = ()
     list_kind: str = ""
     storage_version: str = ""  # CR versions share storage; this is the stored one
-
-    @cached_property
-    def compiled_schema(self) -> CompiledSchema:
-        """`schema` compiled on first use; a changed CRD brings new resource types."""
-        return CompiledSchema(self.schema)
 
     @property
     def group_version(self) -> str:

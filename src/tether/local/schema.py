@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
-import functools
 import ipaddress
 import json
 import re
@@ -32,7 +30,6 @@ from typing import Any
 from tether.local import jsonpath
 
 __all__ = [
-    "CompiledSchema",
     "Violation",
     "apply_defaults",
     "check_structural",
@@ -354,25 +351,18 @@ def _check_string(value: str, schema: Schema, path: Path, errors: _Collector) ->
         errors.invalid(path, value, f"{name} in body should be at least {min_length} chars long")
     pattern = schema.get("pattern")
     if isinstance(pattern, str):
-        regex = _regex(pattern)
-        if isinstance(regex, str):
-            detail = f"{name} in body should match '{pattern}, but pattern is invalid: {regex}'"
+        try:
+            matched = re.search(pattern, value) is not None
+        except re.error as exc:
+            detail = f"{name} in body should match '{pattern}, but pattern is invalid: {exc}'"
             errors.invalid(path, value, detail)
-        elif regex.search(value) is None:
-            errors.invalid(path, value, f"{name} in body should match '{pattern}'")
+        else:
+            if not matched:
+                errors.invalid(path, value, f"{name} in body should match '{pattern}'")
     fmt = schema.get("format")
     if isinstance(fmt, str) and not _format_ok(fmt, value):
         detail = f"{name} in body must be of type {fmt}: {json.dumps(value, ensure_ascii=False)}"
         errors.type_invalid(path, value, detail)
-
-
-@functools.lru_cache(maxsize=1024)
-def _regex(pattern: str) -> re.Pattern[str] | str:
-    """`pattern` compiled once, or why it does not compile."""
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        return str(exc)
 
 
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?")
@@ -435,15 +425,6 @@ def _check_number(value: float, schema: Schema, path: Path, errors: _Collector) 
 
 
 def _check_array(value: Sequence[Any], schema: Schema, path: Path, errors: _Collector) -> None:
-    _check_array_size(value, schema, path, errors)
-    _check_list_type(value, schema, path, errors)
-    items = _sub(schema, "items")
-    if items:
-        for i, item in enumerate(value):
-            _validate(item, items, (*path, i), errors)
-
-
-def _check_array_size(value: Sequence[Any], schema: Schema, path: Path, errors: _Collector) -> None:
     name = _dotted(path)
     min_items = schema.get("minItems")
     if isinstance(min_items, int) and len(value) < min_items:
@@ -455,6 +436,11 @@ def _check_array_size(value: Sequence[Any], schema: Schema, path: Path, errors: 
         errors.add(path, "FieldValueTooMany", detail)
     if schema.get("uniqueItems") and _first_duplicate(value) is not None:
         errors.invalid(path, "", f"{name} in body shouldn't contain duplicates")
+    _check_list_type(value, schema, path, errors)
+    items = _sub(schema, "items")
+    if items:
+        for i, item in enumerate(value):
+            _validate(item, items, (*path, i), errors)
 
 
 def _first_duplicate(values: Sequence[Any]) -> int | None:
@@ -485,7 +471,16 @@ def _check_list_type(value: Sequence[Any], schema: Schema, path: Path, errors: _
 
 
 def _check_object(value: Mapping[str, Any], schema: Schema, path: Path, errors: _Collector) -> None:
-    _check_object_size(value, schema, path, errors)
+    name = _dotted(path)
+    min_props = schema.get("minProperties")
+    if isinstance(min_props, int) and len(value) < min_props:
+        detail = f"{name} in body should have at least {min_props} properties"
+        errors.invalid(path, len(value), detail)
+    max_props = schema.get("maxProperties")
+    if isinstance(max_props, int) and len(value) > max_props:
+        unit = "item" if max_props == 1 else "items"
+        detail = f"Too many: {len(value)}: must have at most {max_props} {unit}"
+        errors.add(path, "FieldValueTooMany", detail)
     for key in schema.get("required") or []:
         if key not in value:
             errors.add((*path, key), "FieldValueRequired", "Required value")
@@ -498,27 +493,8 @@ def _check_object(value: Mapping[str, Any], schema: Schema, path: Path, errors: 
         elif isinstance(additional, Mapping):
             _validate(child, additional, (*path, key), errors)
         elif additional is False:
-            _forbidden(path, key, errors)
-
-
-def _forbidden(path: Path, key: str, errors: _Collector) -> None:
-    detail = f"{_dotted((*path, key))} in body is a forbidden property"
-    errors.invalid((*path, key), "", detail)
-
-
-def _check_object_size(
-    value: Mapping[str, Any], schema: Schema, path: Path, errors: _Collector
-) -> None:
-    name = _dotted(path)
-    min_props = schema.get("minProperties")
-    if isinstance(min_props, int) and len(value) < min_props:
-        detail = f"{name} in body should have at least {min_props} properties"
-        errors.invalid(path, len(value), detail)
-    max_props = schema.get("maxProperties")
-    if isinstance(max_props, int) and len(value) > max_props:
-        unit = "item" if max_props == 1 else "items"
-        detail = f"Too many: {len(value)}: must have at most {max_props} {unit}"
-        errors.add(path, "FieldValueTooMany", detail)
+            detail = f"{_dotted((*path, key))} in body is a forbidden property"
+            errors.invalid((*path, key), "", detail)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -609,311 +585,3 @@ def _check_children(node: Schema, path: str, type_: Any, errors: list[str]) -> N
         )
     if isinstance(additional, Mapping):
         _check_node(additional, f"{path}.additionalProperties", "field", errors)
-
-
-# ---------------------------------------------------------------------------------------------
-# Compiled schemas: the three passes above with each schema object read once per CRD version
-
-
-class CompiledSchema:
-    """`prune`, `apply_defaults` and `validate` for one schema, read once.
-
-    Built once per (CRD, version) (`ResourceType.compiled_schema`), so a new CRD generation gets
-    a new one. The results, messages and their order are those of the functions above, which
-    it falls back to for a schema with a non-object where a schema belongs (they fail on it).
-    Objects are JSON values: dicts with string keys, lists, scalars.
-    """
-
-    def __init__(self, schema: Schema | None) -> None:
-        self.schema = schema
-        self._root: _Node | None = None
-        self._prune_root: _Node | None = None
-        if isinstance(schema, Mapping):
-            try:
-                self._root = _Node(schema)
-            except _NotCompilable:
-                return
-            self._prune_root = copy.copy(self._root)
-            self._prune_root.embedded = True  # the top level is an embedded resource
-
-    def prune(self, obj: Any) -> tuple[Any, list[str]]:
-        if self._prune_root is None:
-            return prune(obj, self.schema)
-        removed: list[str] = []
-        return self._prune_root.prune(obj, None, removed), removed
-
-    def apply_defaults(self, obj: Any, *, copy: bool = True) -> Any:
-        if self._root is None:
-            return apply_defaults(obj, self.schema, copy=copy)
-        value = _copy(obj) if copy else obj
-        return self._root.default(value) if self._root.defaulting else value
-
-    def validate(self, obj: Any) -> list[Violation]:
-        if self._root is None:
-            return validate(obj, self.schema)
-        errors = _Collector()
-        if self._root.validating:
-            self._root.validate(obj, None, errors)
-        return errors.violations
-
-
-class _NotCompilable(Exception):
-    """A non-object where a schema belongs: left to the functions above."""
-
-
-# A path as (parent link, key) pairs: a child's path costs one pair, not a tuple copy, and is
-# rendered only for a violation.
-_Link = tuple[Any, str | int] | None
-
-
-def _unlink(link: _Link) -> Path:
-    parts: list[str | int] = []
-    while link is not None:
-        link, key = link
-        parts.append(key)
-    return tuple(reversed(parts))
-
-
-def _is_meta_uncopied(key: str, value: Any) -> bool:
-    """`_is_meta` for a value before `_copy` (which turns any Mapping into a dict)."""
-    if key in ("apiVersion", "kind"):
-        return isinstance(value, str)
-    return key == "metadata" and isinstance(value, Mapping)
-
-
-def _int(schema: Schema, key: str) -> int | None:
-    value = schema.get(key)
-    return value if isinstance(value, int) else None
-
-
-def _num(schema: Schema, key: str) -> float | None:
-    value = schema.get(key)
-    return value if isinstance(value, int | float) else None
-
-
-class _Node:
-    """One schema object: its children compiled, which of the passes have work here decided."""
-
-    def __init__(self, schema: Schema) -> None:
-        self.schema = schema
-        self.empty = not schema
-        props = _sub(schema, "properties") or {}
-        if not all(isinstance(child, Mapping) for child in props.values()):
-            raise _NotCompilable("properties")
-        self.props = {key: _Node(child) for key, child in props.items()}
-        additional = schema.get("additionalProperties")
-        self.additional_true = additional is True
-        self.additional_false = additional is False
-        self.additional = _Node(additional) if isinstance(additional, Mapping) else None
-        items = _sub(schema, "items")
-        self.items = _Node(items) if items is not None else None
-        self.preserve = schema.get(PRESERVE) is True
-        self.embedded = schema.get(EMBEDDED) is True
-        # skip-pruning (below preserve-unknown-fields) keeps everything: a plain copy
-        self.keeps_all: bool = not self.props and self.additional is None and (
-            self.items is None or self.items.keeps_all
-        )
-        # defaulting: (key, nullable, default) per property
-        self.defaults = [(key, bool(p.get("nullable")), p.get("default")) for key, p in props.items()]
-        self.defaulting: bool = not self.empty and bool(
-            self.props
-            or (self.additional is not None and self.additional.defaulting)
-            or (self.items is not None and self.items.defaulting)
-        )
-        self._compile_checks(schema)
-
-    def _compile_checks(self, schema: Schema) -> None:
-        declared = schema.get("type")
-        allowed = ["integer", "string"] if schema.get(INT_OR_STRING) else []
-        if isinstance(declared, str) and declared:
-            allowed = [declared]
-        self.allowed = allowed
-        self.nullable = bool(schema.get("nullable"))
-        enum = schema.get("enum")
-        self.enum: list[Any] | None = enum if isinstance(enum, list) else None
-        self.enum_strings = frozenset(e for e in self.enum or () if type(e) is str)
-        fmt = schema.get("format")
-        if fmt is not None and not isinstance(fmt, str):
-            raise _NotCompilable("format")
-        pattern = schema.get("pattern")
-        if isinstance(pattern, str):
-            _regex(pattern)  # compiled now, not on the first request
-        self.string_checks = (
-            _int(schema, "maxLength") is not None or _int(schema, "minLength") is not None
-            or isinstance(pattern, str) or fmt is not None
-        )
-        multiple = _num(schema, "multipleOf")
-        self.number_checks = (
-            fmt in _INT_RANGES or (multiple is not None and multiple > 0)
-            or _num(schema, "maximum") is not None or _num(schema, "minimum") is not None
-        )
-        self.array_size_checks = (
-            _int(schema, "minItems") is not None or _int(schema, "maxItems") is not None
-            or bool(schema.get("uniqueItems"))
-        )
-        self.list_type = schema.get(LIST_TYPE) in ("set", "map")
-        self.object_size_checks = (
-            _int(schema, "minProperties") is not None or _int(schema, "maxProperties") is not None
-        )
-        self.required = schema.get("required") or []
-        children = [*self.props.values(), self.additional, self.items]
-        self.validating: bool = not self.empty and bool(
-            allowed or self.enum is not None or self.string_checks or self.number_checks
-            or self.array_size_checks or self.list_type or self.object_size_checks
-            or self.required or self.additional_false
-            or any(child is not None and child.validating for child in children)
-        )
-
-    # pruning: builds the copy as it goes, the input is never mutated ---------------------------
-
-    def prune(self, value: Any, link: _Link, removed: list[str]) -> Any:
-        if self.preserve:
-            return self.skip_prune(value, link, removed)
-        kind = type(value)
-        if kind is dict:
-            embedded, props, additional = self.embedded, self.props, self.additional
-            out: dict[str, Any] = {}
-            for key, child in value.items():
-                if embedded and _is_meta_uncopied(key, child):
-                    out[key] = _copy(child)
-                elif key in props:
-                    out[key] = props[key].prune(child, (link, key), removed)
-                elif self.additional_true:
-                    out[key] = _copy(child)
-                elif additional is not None:
-                    out[key] = additional.prune(child, (link, key), removed)
-                else:
-                    removed.append(_field_path(_unlink((link, key))))
-            return out
-        if kind is list:
-            items = self.items or _EMPTY
-            return [items.prune(v, (link, i), removed) for i, v in enumerate(value)]
-        if isinstance(value, Mapping | list | tuple):
-            return self.prune(_copy(value), link, removed)
-        return value
-
-    def skip_prune(self, value: Any, link: _Link, removed: list[str]) -> Any:
-        """`_skip_prune`: keep unknown fields, prune below the declared children."""
-        if self.keeps_all:
-            return _copy(value)
-        kind = type(value)
-        if kind is dict:
-            embedded, props, additional = self.embedded, self.props, self.additional
-            out: dict[str, Any] = {}
-            for key, child in value.items():
-                if embedded and key in _META_FIELDS:
-                    out[key] = _copy(child)
-                elif key in props:
-                    out[key] = props[key].prune(child, (link, key), removed)
-                elif additional is not None:
-                    out[key] = additional.prune(child, (link, key), removed)
-                else:
-                    out[key] = _copy(child)
-            return out
-        if kind is list:
-            if self.items is None:
-                return _copy(value)
-            items = self.items
-            return [items.skip_prune(v, (link, i), removed) for i, v in enumerate(value)]
-        if isinstance(value, Mapping | list | tuple):
-            return self.skip_prune(_copy(value), link, removed)
-        return value
-
-    # defaulting: in place, on plain dicts and lists (what `prune` returns) ----------------------
-
-    def default(self, value: Any) -> Any:
-        if isinstance(value, dict):
-            for key, nullable, default in self.defaults:
-                if key in value:
-                    if value[key] is None and not nullable:
-                        if default is not None:
-                            value[key] = _copy(default)
-                        else:
-                            del value[key]
-                elif default is not None:
-                    value[key] = _copy(default)
-            props, additional = self.props, self.additional
-            for key in value:
-                node = props.get(key, additional)
-                if node is not None and node.defaulting:
-                    value[key] = node.default(value[key])
-        elif isinstance(value, list) and self.items is not None and self.items.defaulting:
-            items = self.items
-            return [items.default(v) for v in value]
-        return value
-
-    # validation: the checks of `_validate`, in its order ---------------------------------------
-
-    def validate(self, value: Any, link: _Link, errors: _Collector) -> None:
-        allowed = self.allowed
-        if value is None:
-            if not self.nullable and allowed:
-                self._type_error(value, link, errors)
-            return
-        if allowed:
-            actual = _json_type(value)
-            if not (
-                actual in allowed
-                or (actual == "integer" and "number" in allowed)
-                or (isinstance(value, float) and value.is_integer() and "integer" in allowed)
-            ):
-                self._type_error(value, link, errors)
-                return
-        if self.string_checks and isinstance(value, str):
-            _check_string(value, self.schema, _unlink(link), errors)
-        elif self.number_checks and isinstance(value, int | float) and not isinstance(value, bool):
-            _check_number(value, self.schema, _unlink(link), errors)
-        if self.enum is not None:
-            self._check_enum(value, link, errors)
-        if isinstance(value, list):
-            self._check_array(value, link, errors)
-        elif isinstance(value, Mapping):
-            self._check_object(value, link, errors)
-
-    def _type_error(self, value: Any, link: _Link, errors: _Collector) -> None:
-        path = _unlink(link)
-        actual = _json_type(value)
-        allowed = ",".join(self.allowed)
-        detail = f"{_dotted(path)} in body must be of type {allowed}: {json.dumps(actual)}"
-        errors.type_invalid(path, actual, detail)
-        if self.enum is not None:
-            self._check_enum(value, link, errors)
-
-    def _check_enum(self, value: Any, link: _Link, errors: _Collector) -> None:
-        if type(value) is str:  # `_json_equal` of a str: another str, equal
-            if value in self.enum_strings:
-                return
-        elif any(_json_equal(value, e) for e in self.enum or ()):
-            return
-        _check_enum(value, self.schema, _unlink(link), errors)
-
-    def _check_array(self, value: list[Any], link: _Link, errors: _Collector) -> None:
-        if self.array_size_checks:
-            _check_array_size(value, self.schema, _unlink(link), errors)
-        if self.list_type:
-            _check_list_type(value, self.schema, _unlink(link), errors)
-        items = self.items
-        if items is not None and items.validating:
-            for i, item in enumerate(value):
-                items.validate(item, (link, i), errors)
-
-    def _check_object(self, value: Mapping[str, Any], link: _Link, errors: _Collector) -> None:
-        if self.object_size_checks:
-            _check_object_size(value, self.schema, _unlink(link), errors)
-        for key in self.required:
-            if key not in value:
-                errors.add(_unlink((link, key)), "FieldValueRequired", "Required value")
-        props, additional = self.props, self.additional
-        for key, child in value.items():
-            if key in props:
-                node = props[key]
-                if node.validating:
-                    node.validate(child, (link, key), errors)
-            elif additional is not None:
-                if additional.validating:
-                    additional.validate(child, (link, key), errors)
-            elif self.additional_false:
-                _forbidden(_unlink(link), key, errors)
-
-
-_EMPTY = _Node({})  # what pruning does without a schema: drop every field
