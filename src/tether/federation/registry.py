@@ -61,6 +61,19 @@ def token_secret_name(cluster: str) -> str:
     return f"{service_account_name(cluster)}-token"
 
 
+def agent_account(cluster: str) -> str:
+    """The hub ServiceAccount a pull cluster's agent authenticates as."""
+    return f"tether-agent-{cluster}"
+
+
+def agent_token_secret(cluster: str) -> str:
+    return f"{agent_account(cluster)}-token"
+
+
+def agent_role(cluster: str) -> str:
+    return f"tether:agent:{cluster}"
+
+
 @dataclass(frozen=True)
 class JoinOptions:
     name: str
@@ -401,19 +414,6 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
                 continue
             raise
     return UnjoinResult(name, tuple(deleted), keep_resources, tuple(steps), skipped)
-
-
-def agent_account(cluster: str) -> str:
-    """The hub ServiceAccount a pull cluster's agent authenticates as."""
-    return f"tether-agent-{cluster}"
-
-
-def agent_token_secret(cluster: str) -> str:
-    return f"{agent_account(cluster)}-token"
-
-
-def agent_role(cluster: str) -> str:
-    return f"tether:agent:{cluster}"
 
 
 def _hub_cleanup(name: str) -> list[tuple[str, str, str, str | None]]:
