@@ -63,9 +63,9 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 # Failures that prove the request never left: safe to retry even for writes.
 _NOT_SENT = (httpcore.ConnectError, httpcore.ConnectTimeout, httpcore.ProxyError, httpcore.PoolTimeout,
              httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError, httpx.PoolTimeout)
-_TRANSPORT_ERRORS = (httpx.TransportError, httpcore.TimeoutException, httpcore.NetworkError,
-                     httpcore.ProtocolError, httpcore.ProxyError, httpcore.UnsupportedProtocol,
-                     OSError, ssl.SSLError)
+_TRANSPORT_ERRORS = (TransportError, httpx.TransportError, httpcore.TimeoutException,
+                     httpcore.NetworkError, httpcore.ProtocolError, httpcore.ProxyError,
+                     httpcore.UnsupportedProtocol, OSError, ssl.SSLError)
 
 
 @dataclass(frozen=True)
@@ -191,13 +191,11 @@ class RawStream:
                     what = ("stream outlived its deadline" if deadline is not None
                             and time.monotonic() >= deadline else f"no data for {wait:.1f}s")
                     raise Unreachable(server, what) from None
-                except TransportError as exc:
-                    raise Unreachable(server, str(exc)) from exc
                 except _TRANSPORT_ERRORS as exc:
                     raise self._client._unreachable(exc) from exc
                 yield item
         finally:
-            with contextlib.suppress(*_TRANSPORT_ERRORS, TransportError, RuntimeError):
+            with contextlib.suppress(*_TRANSPORT_ERRORS, RuntimeError):
                 await source.aclose()  # type: ignore[attr-defined]
 
 
@@ -295,6 +293,8 @@ class KubeClient:
     # transport ---------------------------------------------------------------------------
 
     def _unreachable(self, exc: BaseException) -> Unreachable:
+        if isinstance(exc, TransportError):  # the lean client says itself whether it sent
+            return Unreachable(self.server, str(exc), request_sent=exc.sent)
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if self.credentials.proxy_url:
             detail += f" (via proxy {self.credentials.proxy_display})"
@@ -329,8 +329,6 @@ class KubeClient:
                     answer = _answer_of(response, response.content)
         except TimeoutError:
             raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
-        except TransportError as exc:
-            raise Unreachable(self.server, str(exc), request_sent=exc.sent) from exc
         except _TRANSPORT_ERRORS as exc:
             raise self._unreachable(exc) from exc
         log.debug("%s %s -> %d", method, path, answer.status)
@@ -444,8 +442,8 @@ class KubeClient:
                                                  list({**self._headers, **headers}.items()), content)
         except TimeoutError:
             raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
-        except TransportError as exc:
-            raise Unreachable(self.server, str(exc), request_sent=exc.sent) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise self._unreachable(exc) from exc
         try:
             if answer.status >= 400:
                 try:
