@@ -788,11 +788,11 @@ Earlier runs' objects stay (the hub keeps them in its caches and resyncs them).
 NOTES = """
 - **The goal is met at a sustained load, not for bursts.** Templates created at a steady rate the
   fleet sustains (the way Karmada states its SLO: p99 <= 2 s, measured 1.3 s on 64 vCPUs) reach
-  every member with p99 under 1 s: at 10 members 58 ms for 100 and 76 ms for 1,000 templates at
-  20 templates/s (200 objects/s to place), 87 ms paced at 2/s; at 50 members and the same 200
-  objects/s (4 templates/s) 211 ms for 100 and 568 ms (max 1.3 s) for 1,000. A burst (every
+  every member with p99 under 1 s: at 10 members 31 ms for 100 and 82 ms for 1,000 templates at
+  20 templates/s (200 objects/s to place), 72 ms paced at 2/s; at 50 members and the same 200
+  objects/s (4 templates/s) 458 ms for 100 and 593 ms (max 1.2 s) for 1,000. A burst (every
   template created at once) is drained at the fleet's throughput, so its p99 is the drain time:
-  ~2.2 s for 100 templates x 10 members, ~22 s for 1,000, ~12 s for 100 x 50 and ~2.4 minutes
+  ~2.4 s for 100 templates x 10 members, ~24 s for 1,000, ~12.5 s for 100 x 50 and ~2.4 minutes
   for 1,000 x 50 (50,000 objects).
 - **Why bursts cannot meet 1 s here: CPU.** The hub, the host API server and the 10-50 member API
   servers share 2 cores. One (template, member) pair costs ~1.5-2 ms of hub CPU, ~1.1-1.5 ms of the
@@ -820,7 +820,7 @@ NOTES = """
   - GC pacing in the hub (`app/gcpacing.py`): with ~1.3 million cached containers a full CPython
     collection stopped the event loop for ~0.5 s each time the cache grew by a quarter; survivors
     are now frozen every 30 s and one full collection runs per 15 minutes. 50 x 1,000 steady:
-    p99 1.1 s -> 0.57 s, max 2.2 s -> 1.3 s.
+    p99 1.1 s -> 0.6 s, max 2.2 s -> 1.2-1.3 s.
 - **Memory grows with objects placed**: ~35 KB of hub RSS per (template, member) pair, mostly the
   Work cache and the member-object caches (drift detection, conflict checks without a GET) as
   Python dicts. That is the next thing to cut for fleets of this size.
