@@ -85,7 +85,9 @@ class ApiServer:
     async def handle(self, request: Request) -> Reply:
         try:
             user = self._authenticate(request)
-            if user is None and request.path not in PUBLIC_PATHS:
+            if user is not None:
+                request.authenticated()  # its connection is no longer limited as anonymous
+            elif request.path not in PUBLIC_PATHS:
                 return _json(401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                    "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
             return await self._route(request, user or "system:anonymous")
