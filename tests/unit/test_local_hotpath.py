@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tether.local import http, objects, schema, watching
+from tether.local import objects, schema, watching
 from tether.local.patching import (
     apply_merge_patch,
     merge_patch_shared,
@@ -31,6 +31,7 @@ from tether.local.patching.fieldsets import (
 )
 from tether.local.patching.schema import UNTYPED, merge_schema_for
 from tether.local.store import Event, Store
+from tether.net import httpserver as http
 
 Obj = dict[str, Any]
 

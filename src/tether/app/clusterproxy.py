@@ -1,7 +1,7 @@
 """`tether proxy serve` and `tether kubeconfig`: the cluster proxy on an HTTPS socket.
 
 The logic (routing, authorisation, headers, forwarding) is `tether.federation.clusterproxy`;
-this module adds what meets only here: the HTTP server (`tether.local.http`), the tunnel dialer
+this module adds what meets only here: the HTTP server (`tether.net.httpserver`), the tunnel dialer
 for Pull clusters (`tether.tunnel.client`), and a small hub PKI.
 
 Hub PKI and discovery, kept on the host cluster so any admin of the host can get a kubeconfig:
@@ -43,7 +43,14 @@ from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
 from tether.kube import ConnectOptions, KubeClient, KubeError, Unreachable
-from tether.local.http import HttpServer, Reply, Request, Response, StreamResponse, UpgradeResponse
+from tether.net.httpserver import (
+    HttpServer,
+    Reply,
+    Request,
+    Response,
+    StreamResponse,
+    UpgradeResponse,
+)
 from tether.tunnel import client as tunnel_client
 from tether.tunnel.tls import ClientTLS
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tether.local import jsonpath, selectors
+from tether.objects import jsonpath, selectors
 
 __all__ = ["Column", "human_duration", "make_table", "parse_time"]
 

@@ -45,10 +45,10 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 from tether.engine import Engine, RequeueAfter
 from tether.local import objects
 from tether.local.errors import ApiError, bad_request, method_not_allowed
-from tether.local.http import Reply, Request, Response
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
 from tether.local.store import Store, WatchOverflow
+from tether.net.httpserver import Reply, Request, Response
 
 if TYPE_CHECKING:
     from tether.local.cluster import Component, LocalCluster

@@ -34,15 +34,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether.local.errors import ApiError, bad_request
-from tether.local.http import Reply, Request, UpgradeResponse
 from tether.local.kubelet import environment
 from tether.local.kubelet.kubelet import Kubelet
 from tether.local.kubelet.logs import choose_container, log_file
 from tether.local.kubelet.runtime import Attachment, parse_log_line, stop_process
 from tether.local.resources import ResourceType
 from tether.local.store import Store
-from tether.local.streams import spdy
-from tether.local.streams import websocket as ws
+from tether.net import spdy
+from tether.net import websocket as ws
+from tether.net.httpserver import Reply, Request, UpgradeResponse
 
 log = logging.getLogger(__name__)
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tether.local.errors import ApiError, bad_request
-from tether.local.http import Reply, Request, UpgradeResponse
 from tether.local.kubelet.exec import CONNECTION_ERRORS, Wire
 from tether.local.resources import ResourceType
 from tether.local.store import Store
-from tether.local.streams import spdy
-from tether.local.streams import websocket as ws
+from tether.net import spdy
+from tether.net import websocket as ws
+from tether.net.httpserver import Reply, Request, UpgradeResponse
 
 log = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ from ipaddress import IPv4Address, IPv4Network
 from typing import TYPE_CHECKING, Any
 
 from tether.local import events
-from tether.local.nodes import calico_selector
 from tether.local.operations import Operations
 from tether.local.store import Store
+from tether.objects import calico_selector
 
 if TYPE_CHECKING:
     from tether.local.cluster import LocalCluster

@@ -19,12 +19,12 @@ from tether.engine import Engine
 from tether.local import events, objects
 from tether.local.api import SubresourceHandler
 from tether.local.errors import ApiError, bad_request, conflict, method_not_allowed
-from tether.local.http import Reply, Request, Response
 from tether.local.nodes.ipam import NODES, PODS, TERMINAL_PHASES
 from tether.local.nodes.scheduling import choose_node
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
 from tether.local.store import Event, Watcher, WatchOverflow
+from tether.net.httpserver import Reply, Request, Response
 
 log = logging.getLogger(__name__)
 

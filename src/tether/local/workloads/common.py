@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tether.local.selectors import SelectorError, label_selector_from_dict
+from tether.objects.selectors import SelectorError, label_selector_from_dict
 
 Obj = dict[str, Any]
 NsName = tuple[str, str]  # (namespace, name) of an owner: the key every workload engine uses

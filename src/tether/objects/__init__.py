@@ -1,0 +1,5 @@
+"""Foundation: Kubernetes-shaped objects as plain data, without I/O.
+
+Label and field selectors, Calico selectors, JSONPath, JSON Patch, timestamps and the helpers
+every package uses to read and build objects. No Kubernetes client, no capability logic.
+"""
