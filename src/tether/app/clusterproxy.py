@@ -42,7 +42,7 @@ from tether.app.signals import HARD_EXIT_MARGIN_S, stop_on_signals
 from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
-from tether.kube import ConnectOptions, KubeClient, KubeError, Unreachable
+from tether.kube import ConnectOptions, KubeClient, KubeError, NotFound, Unreachable
 from tether.net.httpserver import (
     HttpServer,
     Reply,
@@ -150,9 +150,7 @@ async def load_pki(host: KubeClient, *, create: bool) -> HubPki:
     """The hub proxy PKI from the host cluster, created (once) when `create`."""
     try:
         found = _pki_from_secret(await host.get("v1", "Secret", PKI_SECRET, HUB_NAMESPACE))
-    except KubeError as exc:
-        if exc.code != 404:
-            raise
+    except NotFound:
         found = None
     if found is not None:
         return found
@@ -425,17 +423,13 @@ async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None,
         raise ProxySetupError(f"{name!r} is not a cluster name")
     try:
         await host.get(CLUSTER_API_VERSION, "Cluster", name)
-    except KubeError as exc:
-        if exc.code == 404:
-            raise ProxySetupError(f"the hub has no cluster {name!r} (see `tether clusters`)") from None
-        raise
+    except NotFound:
+        raise ProxySetupError(f"the hub has no cluster {name!r} (see `tether clusters`)") from None
     pki = await load_pki(host, create=False)
     if not server:
         try:
             info = await host.get("v1", "ConfigMap", INFO_CONFIGMAP, HUB_NAMESPACE)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             raise ProxySetupError("no cluster proxy has announced itself on this hub; start "
                                   "`tether proxy serve` (or pass --server)") from None
         server = str((info.get("data") or {}).get("server") or "")

@@ -39,7 +39,7 @@ from tether.federation.health import (
 )
 from tether.federation.metrics import HubMetrics
 from tether.federation.propagation import HubInformers
-from tether.kube import Informer, KubeClient, KubeError
+from tether.kube import Informer, KubeClient, KubeError, NotFound
 from tether.tunnel.agent import AgentConfig, TunnelAgent
 from tether.tunnel.tls import ClientTLS
 
@@ -167,9 +167,7 @@ class PullAgent:
             await self.hub.patch(LEASE_API, "Lease", s.cluster, {"spec": spec},
                                  namespace=HUB_NAMESPACE, field_manager=FIELD_MANAGER,
                                  timeout_s=s.probe_timeout_s)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             await self.hub.create({"apiVersion": LEASE_API, "kind": "Lease",
                                    "metadata": {"name": s.cluster, "namespace": HUB_NAMESPACE},
                                    "spec": spec}, field_manager=FIELD_MANAGER)

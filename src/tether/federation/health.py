@@ -30,7 +30,7 @@ from typing import Any
 
 from tether.engine import Engine, RequeueAfter
 from tether.federation.crds import CLUSTER_API_VERSION
-from tether.kube import ClusterCredentials, KubeClient, KubeError
+from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -396,11 +396,9 @@ class ClusterHealthController:
     async def reconcile(self, name: str) -> None:
         try:
             cluster = await self.host.get(CLUSTER_API_VERSION, "Cluster", name)
-        except KubeError as exc:
-            if exc.code == 404:
-                await self._forget(name)
-                return
-            raise
+        except NotFound:
+            await self._forget(name)
+            return
         if cluster["metadata"].get("deletionTimestamp"):
             await self._forget(name)
             return
@@ -418,10 +416,8 @@ class ClusterHealthController:
         try:
             secret = await self.host.get("v1", "Secret", ref.get("name", name),
                                          ref.get("namespace", self.namespace))
-        except KubeError as exc:
-            if exc.code == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         fingerprint = (str(spec.get("apiEndpoint", "")), str(secret["metadata"].get("resourceVersion")))
         member = self._members.get(name)
         if member is None or member.fingerprint != fingerprint:
@@ -472,9 +468,8 @@ class ClusterHealthController:
             renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
             if renewed is not None and (heartbeat is None or renewed > heartbeat):
                 heartbeat = renewed
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
         registered = parse_time(cluster["metadata"].get("creationTimestamp")) or self.clock()
         current = find_condition(status, READY)
         stale = stale_ready(current, heartbeat, registered, self.clock(), self.timers)

@@ -43,6 +43,7 @@ from tether.kube import (
     Informer,
     KubeClient,
     KubeError,
+    NotFound,
     ObjectKey,
     WatchEvent,
     object_key,
@@ -284,9 +285,8 @@ class _Base(Generic[K]):
                                       {"spec": {"preserveResourcesOnDeletion": preserve}},
                                       namespace=namespace, field_manager=FIELD_MANAGER)
             await self.host.delete(WORK_API_VERSION, "Work", name, namespace)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
 
     async def set_finalizer(self, obj: Obj, api_version: str, present: bool) -> None:
         meta = mapping(obj.get("metadata"))
@@ -305,9 +305,8 @@ class _Base(Generic[K]):
                                   field_manager=FIELD_MANAGER)
         except Conflict:
             raise RequeueAfter(0.1) from None  # a newer version is on its way through the informer
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
 
     async def finalize(self, obj: Obj, api_version: str, existing: list[Obj],
                        preserve: bool | None) -> None:
@@ -526,9 +525,8 @@ class KubeFedController(_Base[FedKey]):
                 "status": status}
         try:
             await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
 
 
 # Karmada --------------------------------------------------------------------------------------
@@ -670,9 +668,7 @@ class KarmadaController(_Base[TemplateKey]):
         for dep in plan.dependencies:
             try:
                 obj = await self.host.get(dep.api_version, dep.kind, dep.name, dep.namespace)
-            except KubeError as exc:
-                if exc.code != 404:
-                    raise
+            except NotFound:
                 missing.append(f"{dep.kind} {dep.namespace}/{dep.name}")
                 continue
             manifest = strip_server_fields(thaw(obj))

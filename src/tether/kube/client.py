@@ -597,6 +597,15 @@ class KubeClient:
         return await self.request("GET", res.path(self._namespace(res, namespace), name, subresource),
                                   timeout_s=timeout_s)
 
+    async def get_or_none(self, api_version: str, kind: str, name: str,
+                          namespace: str | None = None, *, timeout_s: float | None = None
+                          ) -> Obj | None:
+        """The object, or None when it does not exist (every other error is raised)."""
+        try:
+            return await self.get(api_version, kind, name, namespace, timeout_s=timeout_s)
+        except NotFound:
+            return None
+
     async def list_all(self, api_version: str, kind: str, namespace: str | None = None, *,
                        label_selector: str = "", field_selector: str = "", limit: int = 500,
                        timeout_s: float | None = None) -> ObjectList:

@@ -196,7 +196,7 @@ class LocalControllers:
         try:
             self.ops.delete(rt, namespace, name, options, self._opts(manager))
         except ApiError as exc:
-            if exc.code != 404:
+            if not exc.not_found:
                 raise
 
     # garbage collection ------------------------------------------------------------------
@@ -260,7 +260,7 @@ class LocalControllers:
         try:
             self.ops.update(rt, key[1], key[2], updated, self._opts("garbage-collector"))
         except ApiError as exc:
-            if exc.code != 404:
+            if not exc.not_found:
                 raise
 
     @staticmethod

@@ -486,7 +486,7 @@ class Kubelet:
             self.ops.update(self._rt("pods"), meta.get("namespace", ""), meta["name"], updated,
                             WriteOptions(manager=MANAGER), subresource="status")
         except ApiError as exc:
-            if exc.code != 404:
+            if not exc.not_found:
                 log.warning("status of pod %s/%s not written: %s", meta.get("namespace"), meta["name"], exc)
 
     def _delete_now(self, pod: Obj) -> None:

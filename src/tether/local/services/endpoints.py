@@ -476,5 +476,5 @@ class EndpointsController:
         try:
             self.ops.delete(rt, namespace, name, {}, opts)
         except ApiError as exc:
-            if exc.code != 404:
+            if not exc.not_found:
                 raise
