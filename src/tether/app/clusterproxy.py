@@ -51,12 +51,12 @@ from tether.net.httpserver import (
     StreamResponse,
     UpgradeResponse,
 )
+from tether.objects import Obj
 from tether.tunnel import client as tunnel_client
 from tether.tunnel.tls import ClientTLS
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 PKI_SECRET = "tether-cluster-proxy-pki"
 INFO_CONFIGMAP = "tether-cluster-proxy"
 FIELD_MANAGER = "tether-cluster-proxy"

@@ -31,8 +31,8 @@ from tether.federation import install, registry
 from tether.federation.health import HealthTimers
 from tether.kube import KubeClient, KubeError
 from tether.local import supervisor
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 HOST = "hub"
 MEMBERS = ("cluster", "cluster1")
 DEMO_CLUSTERS = (HOST, *MEMBERS)

@@ -39,7 +39,6 @@ import string
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography import x509
@@ -47,11 +46,11 @@ from cryptography.hazmat.primitives import serialization
 
 from tether.federation import registry
 from tether.federation.crds import CLUSTER_API_VERSION, execution_namespace
-from tether.federation.health import HUB_NAMESPACE, rfc3339
+from tether.federation.health import HUB_NAMESPACE
 from tether.federation.registry import agent_account, agent_role, agent_token_secret
 from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
-
-Obj = dict[str, Any]
+from tether.objects import Obj
+from tether.objects.times import rfc3339, seconds_of
 
 FIELD_MANAGER = "tether-bootstrap"
 BOOTSTRAP_ROLE = "tether:bootstrap"
@@ -202,7 +201,6 @@ async def delete_token(host: KubeClient, token_id: str) -> bool:
 
 
 async def delete_expired(host: KubeClient) -> list[str]:
-    from tether.federation.health import parse_time
 
     gone: list[str] = []
     try:
@@ -212,7 +210,7 @@ async def delete_expired(host: KubeClient) -> list[str]:
         return gone
     for account in accounts:
         meta = account.get("metadata") or {}
-        expires = parse_time((meta.get("annotations") or {}).get(EXPIRES_ANNOTATION))
+        expires = seconds_of((meta.get("annotations") or {}).get(EXPIRES_ANNOTATION))
         token_id = str((meta.get("labels") or {}).get(BOOTSTRAP_LABEL, ""))
         if expires is not None and expires < time.time() and token_id:
             await delete_token(host, token_id)

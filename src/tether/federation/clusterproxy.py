@@ -58,10 +58,10 @@ from tether.kube import (
     Unreachable,
     UpgradedStream,
 )
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Impersonation = Literal["auto", "always", "never"]
 
 PROXY_GROUPS = (CLUSTER_GROUP, "cluster.karmada.io")

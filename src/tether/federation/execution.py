@@ -52,19 +52,19 @@ from tether.kube import (
     WatchEvent,
     strip_managed_fields,
 )
+from tether.objects import Obj
+from tether.objects.times import rfc3339
 
 from . import works as W
 from ._util import items, mapping, nested, thaw
 from .crds import WORK_API_VERSION, execution_namespace
-from .health import HUB_NAMESPACE, member_credentials, rfc3339
+from .health import HUB_NAMESPACE, member_credentials
 from .metrics import HubMetrics
 from .model import FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from .ordering import delete_order, tier
 from .propagation import HubInformers, unjoining
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
-
 STATUS_MANAGER = "tether-execution"
 MEMBER_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 BACKOFF_BASE_S = 0.5

@@ -35,8 +35,8 @@ from tether.federation.typeconfig import (
     enabled_type_configs,
 )
 from tether.kube import KubeClient, KubeError, NotFound
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 FIELD_MANAGER = "tether-federate"
 # Made by controllers, never federated (kubefedctl's controllerCreatedAPIResourceNames, plus
 # EndpointSlices, which did not exist then).

@@ -11,13 +11,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tether.federation import crds
 from tether.federation.health import HUB_NAMESPACE
 from tether.kube import KubeClient, NotFound
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 FIELD_MANAGER = "tether-hub-install"
 ESTABLISH_WAIT_S = 60.0
 CRD_API = "apiextensions.k8s.io/v1"

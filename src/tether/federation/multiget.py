@@ -31,8 +31,8 @@ from tether.federation.typeconfig import (
     to_yaml,
 )
 from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound, RetryPolicy
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 CLUSTER_ANNOTATION = "tether.io/cluster"
 MEMBER_TIMEOUT_S = 5.0
 

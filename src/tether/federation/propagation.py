@@ -49,12 +49,13 @@ from tether.kube import (
     object_key,
     strip_managed_fields,
 )
+from tether.objects import Obj
+from tether.objects.times import rfc3339
 
 from . import works as W
 from ._util import items, mapping, nested, thaw
 from .aggregation import aggregate_status
 from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
-from .health import rfc3339
 from .karmada import compile_template, match_policy
 from .kubefed import ClusterResult, compile_federated, kubefed_status
 from .metadata import stamp, strip_server_fields
@@ -64,8 +65,6 @@ from .placement import kubefed_placement
 from .registry import UNJOIN_ANNOTATION
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
-
 FIELD_MANAGER = "tether-propagation"
 STATUS_ANNOTATION = "tether.io/propagation-status"
 PROPAGATED = "Propagated"

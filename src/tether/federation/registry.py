@@ -31,8 +31,7 @@ from tether.federation.crds import CLUSTER_API_VERSION, execution_namespace
 from tether.federation.health import HUB_NAMESPACE, member_credentials
 from tether.federation.model import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from tether.kube import KubeClient, KubeError, NotFound
-
-Obj = dict[str, Any]
+from tether.objects import Obj
 
 FIELD_MANAGER = "tether-registry"
 MEMBER_NAMESPACE = "tether-system"

@@ -28,8 +28,8 @@ from tether.federation.install import FIELD_MANAGER as INSTALL_FIELD_MANAGER
 from tether.federation.install import wait_established
 from tether.federation.kubefed import federated_type_names
 from tether.kube import KubeClient, KubeError, NotFound
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 FTC_API_VERSION = f"{crds.KUBEFED_CORE_GROUP}/v1beta1"
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
 FIELD_MANAGER = "tether-enable"

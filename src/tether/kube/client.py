@@ -41,11 +41,11 @@ from tether.kube.errors import (
 )
 from tether.kube.http1 import Answer, ConnectionPool, TransportError
 from tether.kube.transport import ConnectOptions, build_transport
+from tether.objects import Obj
 
 if TYPE_CHECKING:
     from tether.kube.watch import WatchEvent
 
-Obj = dict[str, Any]
 T = TypeVar("T")
 PatchType = Literal["merge", "json", "strategic"]
 PropagationPolicy = Literal["Background", "Foreground", "Orphan"]

@@ -20,11 +20,9 @@ from tether.local.errors import ApiError, bad_request, expired, method_not_allow
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import Registry, ResourceType
 from tether.net.httpserver import Reply, Request, Response, StreamResponse
-from tether.objects import selectors
+from tether.objects import Obj, selectors
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 SERVER_VERSION = {
     "major": "1",

@@ -31,7 +31,7 @@ import termios
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from tether.local.errors import ApiError, bad_request
 from tether.local.kubelet import environment
@@ -43,10 +43,9 @@ from tether.local.store import Store
 from tether.net import spdy
 from tether.net import websocket as ws
 from tether.net.httpserver import Reply, Request, UpgradeResponse
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 WS_PROTOCOLS = (ws.CHANNEL_V5, ws.CHANNEL_V4)
 # Over SPDY v4 is enough: kubectl offers v5..v1 and v5 only adds the stdin-close message that

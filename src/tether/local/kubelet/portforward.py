@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from tether.local.errors import ApiError, bad_request
 from tether.local.kubelet.exec import CONNECTION_ERRORS, Wire
@@ -30,10 +30,10 @@ from tether.local.store import Store
 from tether.net import spdy
 from tether.net import websocket as ws
 from tether.net.httpserver import Reply, Request, UpgradeResponse
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 

@@ -29,8 +29,6 @@ from tether.local.resources import ResourceType
 from tether.local.store import Store
 from tether.net.httpserver import Reply, Request, Response, StreamResponse, UpgradeResponse
 
-Obj = dict[str, Any]
-
 DIAL_TIMEOUT_S = 5.0
 RESPONSE_TIMEOUT_S = 30.0  # until the backend's status line and headers have arrived
 BODY_IDLE_TIMEOUT_S = 300.0  # between two pieces of a (possibly long-polling) response body

@@ -19,10 +19,10 @@ from tether.engine import Engine
 from tether.local.errors import ApiError
 from tether.local.operations import Operations, WriteOptions
 from tether.local.store import Event, WatchOverflow
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 SvcKey = tuple[str, str]
 SERVICES = "/services"
 PODS = "/pods"
