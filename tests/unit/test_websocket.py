@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tether.local.streams import websocket as ws
-from tether.local.streams.websocket import (
+from tether.net import websocket as ws
+from tether.net.websocket import (
     Close,
     CloseCode,
     Message,

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tether.app.pullagent import AgentSettings, PullAgent
 from tether.app.signals import run_until_signal
-from tether.federation.pullagent import AgentSettings, PullAgent
 from tether.kube import ClusterCredentials, KubeClient
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """`tether proxy serve` and `tether kubeconfig`: the cluster proxy on an HTTPS socket.
 
 The logic (routing, authorisation, headers, forwarding) is `tether.federation.clusterproxy`;
-this module adds what meets only here: the HTTP server (`tether.local.http`), the tunnel dialer
+this module adds what meets only here: the HTTP server (`tether.net.httpserver`), the tunnel dialer
 for Pull clusters (`tether.tunnel.client`), and a small hub PKI.
 
 Hub PKI and discovery, kept on the host cluster so any admin of the host can get a kubeconfig:
@@ -42,14 +42,21 @@ from tether.app.signals import HARD_EXIT_MARGIN_S, stop_on_signals
 from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
-from tether.kube import ConnectOptions, KubeClient, KubeError, Unreachable
-from tether.local.http import HttpServer, Reply, Request, Response, StreamResponse, UpgradeResponse
+from tether.kube import ConnectOptions, KubeClient, KubeError, NotFound, Unreachable
+from tether.net.httpserver import (
+    HttpServer,
+    Reply,
+    Request,
+    Response,
+    StreamResponse,
+    UpgradeResponse,
+)
+from tether.objects import Obj
 from tether.tunnel import client as tunnel_client
 from tether.tunnel.tls import ClientTLS
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 PKI_SECRET = "tether-cluster-proxy-pki"
 INFO_CONFIGMAP = "tether-cluster-proxy"
 FIELD_MANAGER = "tether-cluster-proxy"
@@ -143,9 +150,7 @@ async def load_pki(host: KubeClient, *, create: bool) -> HubPki:
     """The hub proxy PKI from the host cluster, created (once) when `create`."""
     try:
         found = _pki_from_secret(await host.get("v1", "Secret", PKI_SECRET, HUB_NAMESPACE))
-    except KubeError as exc:
-        if exc.code != 404:
-            raise
+    except NotFound:
         found = None
     if found is not None:
         return found
@@ -419,17 +424,13 @@ async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None,
         raise ProxySetupError(f"{name!r} is not a cluster name")
     try:
         await host.get(CLUSTER_API_VERSION, "Cluster", name)
-    except KubeError as exc:
-        if exc.code == 404:
-            raise ProxySetupError(f"the hub has no cluster {name!r} (see `tether clusters`)") from None
-        raise
+    except NotFound:
+        raise ProxySetupError(f"the hub has no cluster {name!r} (see `tether clusters`)") from None
     pki = await load_pki(host, create=False)
     if not server:
         try:
             info = await host.get("v1", "ConfigMap", INFO_CONFIGMAP, HUB_NAMESPACE)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             raise ProxySetupError("no cluster proxy has announced itself on this hub; start "
                                   "`tether proxy serve` (or pass --server)") from None
         server = str((info.get("data") or {}).get("server") or "")

@@ -19,7 +19,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from tether.app.hub import HubConfig
+from tether.app.hubconfig import HubConfig
 from tether.federation import bootstrap
 from tether.kube import KubeClient, KubeError
 from tether.tunnel import pki

@@ -1,6 +1,6 @@
 """metav1.LabelSelector and NodeSelectorRequirement matching, for cluster and resource selection.
 
-Federation cannot import `tether.local.selectors` (capabilities do not import each other), and it
+Federation cannot import `tether.objects.selectors` (capabilities do not import each other), and it
 only needs the structured (map) form of selectors, not the string grammar. Semantics follow
 k8s.io/apimachinery: `matchLabels` and `matchExpressions` are ANDed, an empty selector `{}`
 matches everything, `NotIn`/`DoesNotExist` match objects that lack the key. An expression with an

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tether.local.workloads.common import Obj, meta
+from tether.local.workloads.common import (
+    meta,
+)
+from tether.objects import Obj
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
