@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from tether.local import connections
 from tether.local.cluster import ClusterConfig, LocalCluster, server_ssl_context
-from tether.local.connections import ConnectionLimits
-from tether.local.http import HttpServer, Request, Response
 from tether.local.pki import ClusterPki, ensure_cluster_pki
+from tether.net import connections
+from tether.net.connections import ConnectionLimits
+from tether.net.httpserver import HttpServer, Request, Response
 
 HOST = "127.0.0.1"
 ATTACKER = "127.0.0.2"

@@ -20,7 +20,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tether.local.connections import (
+from tether.net.connections import (
     Connection,
     ConnectionLimits,
     ConnectionTable,
