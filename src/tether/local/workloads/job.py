@@ -8,6 +8,7 @@ owns stay until the Job goes, so the floor only covers someone deleting finished
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -145,15 +146,28 @@ class JobController(Controller):
             return
         plan = plan_job(job, self.children_in(namespace), dt.datetime.now(dt.UTC))
         uid = meta(job).get("uid", "")
-        for pod_name in plan.delete:
+        for pod_name in self.bounded_deletes(key, plan.delete):
             pod = self.store.get(PODS, namespace, pod_name)
             if pod is not None and self.writer.delete(PODS, pod):
                 self.writer.record(job, Note("SuccessfulDelete", f"Deleted pod: {pod_name}"))
+            await asyncio.sleep(0)
         body = job_pod(job)
-        for _ in range(plan.create):
+
+        def missing() -> range:
+            current = self.store.get(RESOURCE, namespace, name)
+            if current is None or meta(current).get("uid") != uid:
+                return range(0)
+            return range(plan_job(current, self.children_in(namespace), dt.datetime.now(dt.UTC)).create)
+
+        def create_pod(_: int) -> bool:
             created = self.writer.create(PODS, body)
-            if created is not None:
-                self.writer.record(job, Note("SuccessfulCreate", f"Created pod: {meta(created)['name']}"))
+            if created is None:
+                return False
+            self.writer.record(job, Note("SuccessfulCreate", f"Created pod: {meta(created)['name']}"))
+            return True
+
+        if plan.create:
+            await self.create_in_batches(key, missing, create_pod)
         current = self.store.get(RESOURCE, namespace, name)
         if current is not None and meta(current).get("uid") == uid:
             before = finished_condition(current)
