@@ -149,6 +149,10 @@ async def test_a_full_listener_makes_room_for_a_light_client(pki: ClusterPki) ->
             assert await ask(client) == 200
             assert server.table.evicted >= 1
             assert await ask(veteran) == 200  # authenticated: never evicted
+            # the evicted connections were really closed; the other flooders' still answer
+            statuses = [await ask(stream, token=None) for stream in kept]
+            assert statuses.count(0) == server.table.evicted
+            assert set(statuses) == {0, 401}
             client[1].close()
             veteran[1].close()
         finally:

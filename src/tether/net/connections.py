@@ -173,10 +173,11 @@ class ConnectionTable:
         if not victims:
             return
         victim = next(iter(victims))
+        transport = victim.transport
         self.evicted += 1
         self.release(victim)  # counted out now: its transport closes on a later loop step
-        if victim.transport is not None:
-            _abort(victim.transport)
+        if transport is not None:
+            _abort(transport)
 
     def forget_unauthenticated(self, conn: Connection) -> None:
         conns = self.unauthenticated.get(conn.address)
