@@ -38,6 +38,7 @@ from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
 from tether.kube import ConnectOptions, KubeClient, KubeError, NotFound, Unreachable
+from tether.net import daemon
 from tether.net.httpserver import (
     HttpServer,
     Reply,
@@ -364,9 +365,8 @@ def build_kubeconfig(name: str, server: str, ca_pem: bytes, cert_pem: bytes, key
 
 
 def default_kubeconfig_path(name: str, context: str) -> Path:
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in context or "default")
-    return base / "tether" / "kubeconfigs" / f"{safe}--{name}.yaml"
+    return daemon.state_home() / "kubeconfigs" / f"{safe}--{name}.yaml"
 
 
 async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None, *,
