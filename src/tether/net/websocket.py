@@ -9,7 +9,7 @@ socket belong to the caller. Usage, server side::
     sock.write(conn.data_to_send())           # automatic replies (close echo, error close)
     sock.write(conn.send_binary(channel_frame(STDOUT, b"hi")))
 
-Kubernetes facts used here (see /work/shared/research/apiserver.md §5): exec/attach speak
+Kubernetes facts used here (see docs/api-server-notes.md): exec/attach speak
 `v5.channel.k8s.io` or `v4.channel.k8s.io` in binary messages whose first byte is the channel;
 v5 adds `[255, ch]` to close a channel; the final Status goes to channel 3 as JSON.
 """

@@ -1,6 +1,6 @@
 """`pods/exec` and `pods/attach`: the kubelet's streaming subresources, served in-process.
 
-Transports (see /work/shared/research/apiserver.md §5):
+Transports (see docs/api-server-notes.md):
 
 - WebSocket (`GET`, `Upgrade: websocket`, subprotocol `v5.channel.k8s.io` or `v4.channel.k8s.io`):
   kubectl 1.30+ and the Python clients. Binary messages whose first byte is the channel.
