@@ -132,11 +132,12 @@ def reason(data: bytes) -> str:
 
 def probe_main(server: str, ca: str, token: str, out: str, stop_file: str) -> None:
     """GET one ConfigMap over one keep-alive connection until `stop_file` exists; one JSON line
-    per request: [when it was due, ms from then to the answer, status].
+    per sample: [when it was due, ms from then to the answer, status, 1 if synthetic].
 
-    Requests are due every PROBE_INTERVAL_S whatever happens; one that is late (the previous
-    answer took longer) is sent at once and its latency counted from when it was due, so a
-    server frozen for 5 s shows as ~250 slow requests, not one (no coordinated omission)."""
+    A request is due every PROBE_INTERVAL_S. When an answer comes late, the requests that fell
+    due while waiting for it are not sent afterwards (that backlog would be the probe's own
+    queue); each is recorded as a synthetic sample that waited until that answer came. So a
+    server frozen for 5 s shows as ~250 slow samples, not one (no coordinated omission)."""
     host, port = server.removeprefix("https://").rsplit(":", 1)
     context = ssl.create_default_context(cafile=ca)
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
@@ -146,7 +147,7 @@ def probe_main(server: str, ca: str, token: str, out: str, stop_file: str) -> No
     with open(out, "w") as sink:
         while time.monotonic() < deadline and not os.path.exists(stop_file):
             if connection is None:
-                connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=60,
+                connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=120,
                                                          source_address=(CLIENT, 0))
             time.sleep(max(0.0, due - time.monotonic()))
             try:
@@ -158,9 +159,13 @@ def probe_main(server: str, ca: str, token: str, out: str, stop_file: str) -> No
                 status = 0
                 connection.close()
                 connection = None  # reconnect: the failure itself is what the record says
-            sink.write(json.dumps([due, (time.monotonic() - due) * 1000, status]) + "\n")
-            sink.flush()
+            answered = time.monotonic()
+            sink.write(json.dumps([due, (answered - due) * 1000, status, 0]) + "\n")
             due += PROBE_INTERVAL_S
+            while due < answered:  # bounded: answered is at most PROBE_MAX_S + 120 s away
+                sink.write(json.dumps([due, (answered - due) * 1000, status, 1]) + "\n")
+                due += PROBE_INTERVAL_S
+            sink.flush()
 
 
 # the abuses ------------------------------------------------------------------------------------
@@ -282,7 +287,8 @@ def start_daemon(data_dir: Path) -> Daemon:
 def window(samples: list[list[float]], start: float, end: float) -> dict[str, float]:
     inside = [s for s in samples if start <= s[0] < end]
     latencies = [s[1] for s in inside]
-    return {"count": len(inside), "failed": sum(1 for s in inside if s[2] != 200),
+    sent = [s for s in inside if not s[3]]
+    return {"count": len(sent), "failed": sum(1 for s in sent if s[2] != 200),
             "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
             "max": max(latencies) if latencies else float("nan")}
 
@@ -402,8 +408,9 @@ script, bound to 127.0.0.2, abuses cluster A with that cluster's admin token.
 
 The daemon's RSS: {rss['before']:.0f} MB before the abuse, {rss['before_flood']:.0f} MB after the requests,
 {rss['peak']:.0f} MB with the idle connections open, {rss['after']:.0f} MB 3 s after they closed.
-The client's latency counts from when each request was due (every {PROBE_INTERVAL_S * 1000:.0f} ms), so a
-stall shows in every request it delayed.
+The client's latency counts from when each request was due (every {PROBE_INTERVAL_S * 1000:.0f} ms): requests
+that fell due while an answer was late count as having waited for it, so a stall shows in every
+request it delayed ("requests" counts only those sent).
 
 ### How to re-run
 
