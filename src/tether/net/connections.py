@@ -14,16 +14,18 @@ descriptor and memory until it goes. So, per listener:
   push each other out, never a client that holds few connections (the reserve), and never a
   connection that has authenticated.
 
-`decide` is the pure rule; `ConnectionTable` keeps the counts; `tls_gate` and `PlainGate` are
-the asyncio protocols that apply it at accept.
+`decide` is the pure rule; `ConnectionTable` keeps the counts; `Admission` applies it to each
+accepted socket and hands the admitted ones to `tls_stream` or `plain_stream`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import functools
 import time
+import weakref
 from asyncio import sslproto
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -127,6 +129,10 @@ class Connection:
             self.is_authenticated = True
             self._table.forget_unauthenticated(self)
 
+    def release(self) -> None:
+        """The socket is gone: its place in the table is free."""
+        self._table.release(self)
+
 
 class ConnectionTable:
     """The connections of one listener, with their addresses and whether they authenticated."""
@@ -209,54 +215,126 @@ def _abort(transport: asyncio.BaseTransport) -> None:
         transport.close()
 
 
-class PlainGate(asyncio.StreamReaderProtocol):
-    """A plain-TCP stream protocol that asks the table before serving."""
+class Admission(asyncio.Protocol):
+    """The protocol of a socket just accepted: the table decides, then the socket goes to the
+    protocol that serves it, built only then (a refused socket costs no TLS object), or is
+    dropped."""
 
-    def __init__(self, table: ConnectionTable, conn: Connection, reader: asyncio.StreamReader,
+    def __init__(self, table: ConnectionTable, serve: Callable[[Connection], asyncio.BaseProtocol]) -> None:
+        self._table = table
+        self._serve = serve
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        conn = Connection(self._table)
+        if not self._table.admit(conn, transport):
+            _abort(transport)
+            return
+        served = self._serve(conn)
+        transport.set_protocol(served)
+        served.connection_made(transport)
+
+
+class _PlainStream(asyncio.StreamReaderProtocol):
+    def __init__(self, conn: Connection, reader: asyncio.StreamReader,
                  on_connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
                  loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(reader, on_connected, loop=loop)
-        self._table = table
         self._conn = conn
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._table.admit(self._conn, transport):
-            _abort(transport)
-            return
-        super().connection_made(transport)
-
     def connection_lost(self, exc: Exception | None) -> None:
-        self._table.release(self._conn)
+        self._conn.release()
         super().connection_lost(exc)
 
 
-class _TlsGate(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a smaller read buffer, admitted by the table at accept
-    (before the handshake), released when the socket goes."""
+def plain_stream(conn: Connection, reader: asyncio.StreamReader,
+                 on_connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
+                 loop: asyncio.AbstractEventLoop) -> asyncio.BaseProtocol:
+    """A plain-TCP stream protocol that gives the connection's place back when it goes."""
+    return _PlainStream(conn, reader, on_connected, loop)
+
+
+# A TLS handshake is most of what a new connection costs (key exchange and signature: ~0.5 ms
+# of CPU). asyncio answers every ClientHello that arrived in one step of the event loop, so 200
+# connections opened at once stalled every other connection of the daemon for ~200 ms; at most
+# this many handshake steps run per loop step, the rest in the next ones.
+HANDSHAKES_PER_STEP = 4
+
+
+class _HandshakePacer:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: collections.deque[_TlsStream] = collections.deque()
+        self._scheduled = False
+
+    def submit(self, stream: _TlsStream) -> None:
+        self._queue.append(stream)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._step)
+
+    def _step(self) -> None:
+        # Runs once per loop step: call_soon from a callback lands in the next step.
+        self._scheduled = False
+        for _ in range(min(HANDSHAKES_PER_STEP, len(self._queue))):
+            self._queue.popleft().paced_handshake()
+        if self._queue:
+            self._scheduled = True
+            self._loop.call_soon(self._step)
+
+
+_pacers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _HandshakePacer] = weakref.WeakKeyDictionary()
+
+
+def _pacer(loop: asyncio.AbstractEventLoop) -> _HandshakePacer:
+    pacer = _pacers.get(loop)
+    if pacer is None:
+        pacer = _pacers[loop] = _HandshakePacer(loop)
+    return pacer
+
+
+class _TlsStream(sslproto.SSLProtocol):
+    """asyncio's TLS protocol with a smaller read buffer, a handshake deadline, handshakes paced
+    across loop steps, and the connection's place given back when the socket goes."""
 
     max_size = TLS_READ_BYTES
 
-    def __init__(self, table: ConnectionTable, conn: Connection, loop: asyncio.AbstractEventLoop,
-                 app: asyncio.StreamReaderProtocol, context: Any) -> None:
+    def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop,
+                 app: asyncio.StreamReaderProtocol, context: Any, handshake_timeout_s: float) -> None:
         # No waiter (the stubs want one): nobody awaits the handshake, the app protocol is
         # told when it completes; a waiter's unretrieved exception would be logged instead.
         super().__init__(loop, app, context, None, server_side=True,  # type: ignore[arg-type]
-                         ssl_handshake_timeout=table.limits.handshake_timeout_s)  # type: ignore[arg-type]
-        self._gate_table = table
+                         ssl_handshake_timeout=handshake_timeout_s)  # type: ignore[arg-type]
         self._gate_conn = conn
+        self._handshake_queued = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._gate_table.admit(self._gate_conn, transport):
-            _abort(transport)
+    # The overrides below use SSLProtocol's own state (CPython >= 3.11's sslproto, which the
+    # stubs do not describe): `inner` is `self` without static types.
+
+    def buffer_updated(self, nbytes: int) -> None:
+        inner: Any = self
+        if inner._state is not sslproto.SSLProtocolState.DO_HANDSHAKE:
+            super().buffer_updated(nbytes)
             return
-        super().connection_made(transport)
+        # What SSLProtocol does in this state, minus the handshake step itself: the bytes go to
+        # the TLS object now (the read buffer is reused), the step waits for its turn.
+        inner._incoming.write(inner._ssl_buffer_view[:nbytes])
+        if not self._handshake_queued:
+            self._handshake_queued = True
+            _pacer(self._loop).submit(self)
+
+    def paced_handshake(self) -> None:
+        inner: Any = self
+        self._handshake_queued = False
+        if inner._state is sslproto.SSLProtocolState.DO_HANDSHAKE and self._transport is not None:
+            inner._do_handshake()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._gate_table.release(self._gate_conn)
+        self._gate_conn.release()
         super().connection_lost(exc)
 
 
-def tls_gate(table: ConnectionTable, conn: Connection, loop: asyncio.AbstractEventLoop,
-             app: asyncio.StreamReaderProtocol, context: Any) -> asyncio.BaseProtocol:
-    gate: asyncio.BaseProtocol = _TlsGate(table, conn, loop, app, context)
-    return gate
+def tls_stream(conn: Connection, loop: asyncio.AbstractEventLoop, app: asyncio.StreamReaderProtocol,
+               context: Any, handshake_timeout_s: float) -> asyncio.BaseProtocol:
+    """asyncio's TLS server protocol around `app`, as this module bounds it (see `_TlsStream`)."""
+    stream: asyncio.BaseProtocol = _TlsStream(conn, loop, app, context, handshake_timeout_s)
+    return stream

@@ -21,11 +21,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tether.net.connections import (
+    Admission,
     Connection,
     ConnectionLimits,
     ConnectionTable,
-    PlainGate,
-    tls_gate,
+    plain_stream,
+    tls_stream,
 )
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -242,14 +243,16 @@ class HttpServer:
 
         # What asyncio.start_server builds, with the connection table in front: a socket is
         # admitted or refused at accept, before any TLS work (see `connections`).
-        def accept() -> asyncio.BaseProtocol:
-            conn = Connection(self.table)
+        def serve(conn: Connection) -> asyncio.BaseProtocol:
             reader = asyncio.StreamReader(limit=MAX_HEADER_BYTES, loop=loop)
-            serve = functools.partial(self._on_connection, conn)
+            on_connected = functools.partial(self._on_connection, conn)
             if self._ssl is None:
-                return PlainGate(self.table, conn, reader, serve, loop)
-            return tls_gate(self.table, conn, loop, asyncio.StreamReaderProtocol(reader, serve, loop=loop),
-                            self._ssl)
+                return plain_stream(conn, reader, on_connected, loop)
+            app = asyncio.StreamReaderProtocol(reader, on_connected, loop=loop)
+            return tls_stream(conn, loop, app, self._ssl, self.table.limits.handshake_timeout_s)
+
+        def accept() -> asyncio.BaseProtocol:
+            return Admission(self.table, serve)
 
         if self._sock is not None:
             self._server = await loop.create_server(accept, sock=self._sock)
