@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import socket
 import ssl
 import time
@@ -32,6 +33,11 @@ from tether.net.connections import (
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 3 * 1024 * 1024
 IDLE_TIMEOUT_S = 120.0
+LISTEN_BACKLOG = 1024
+# asyncio accepts up to its `backlog` argument of waiting sockets in one step of the event loop,
+# and sets up every one of them in the next: 1,024 from a flood (refused at once, but each is
+# still a socket, a transport and a task) stalled the other connections for ~100 ms.
+ACCEPTS_PER_STEP = 32
 SWEEP_INTERVAL_S = 1.0  # idle timeouts end up to this late (see _Deadlines)
 
 
@@ -255,10 +261,15 @@ class HttpServer:
             return Admission(self.table, serve)
 
         if self._sock is not None:
-            self._server = await loop.create_server(accept, sock=self._sock)
-            return
-        self._server = await loop.create_server(accept, self._host, self._port, reuse_address=True,
-                                                backlog=1024)
+            self._server = await loop.create_server(accept, sock=self._sock, backlog=ACCEPTS_PER_STEP)
+        else:
+            self._server = await loop.create_server(accept, self._host, self._port, reuse_address=True,
+                                                    backlog=ACCEPTS_PER_STEP)
+        for wrapped in self._server.sockets:
+            # asyncio passed ACCEPTS_PER_STEP to listen() as well: give the kernel's queue its
+            # depth back (on a duplicate of the descriptor: the server keeps the original).
+            with socket.socket(fileno=os.dup(wrapped.fileno())) as listening:
+                listening.listen(LISTEN_BACKLOG)
 
     async def close(self, grace_s: float = 2.0) -> None:
         """Stop accepting; end streams with their terminator, close everything else."""
