@@ -28,9 +28,10 @@ from typing import Any
 
 import grpc
 
+from tether.net.metrics import Labels
 from tether.tunnel import httpserve
 from tether.tunnel import packets as p
-from tether.tunnel.metrics import SERVER_DIAL_BUCKETS, Labels, Registry
+from tether.tunnel.metrics import SERVER_DIAL_BUCKETS, Registry
 from tether.tunnel.routing import NO_AGENT, IdentifierError, Router, parse_identifiers
 from tether.tunnel.state import (
     Credit,
