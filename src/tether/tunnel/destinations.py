@@ -4,7 +4,8 @@ A destination is the authority form of a dial address (`host:port`, `[v6]:port`)
 carries it and an HTTP CONNECT request line names it. Every dial is checked here first:
 
 - the host is an IP literal (IPv4 dotted quad, IPv6 in brackets, no zone) or a DNS name (labels
-  of letters, digits and `-`, at most 63 bytes each, 253 in all; one trailing dot allowed);
+  of letters, digits and `-`, at most 63 bytes each, 253 in all, the last one not all digits;
+  one trailing dot allowed);
 - the port is 1-65535 in decimal, at most five digits (`99999` and `-1` are refused here, before
   any socket call can raise on them);
 - the protocol is `tcp`, `tcp4` or `tcp6` (ANP carries the protocol; Go's agent dials only these),
@@ -67,11 +68,14 @@ def printable(text: str, limit: int = 120) -> str:
 
 
 def valid_hostname(name: str) -> bool:
+    """RFC 1123 names; an all-numeric last label is refused (no such top-level domain exists,
+    and `1.2.3.4.5` or `999.1.1.1` are broken addresses, not names to look up)."""
     if name.endswith("."):
         name = name[:-1]
     if not name or len(name) > 253:
         return False
-    return all(_LABEL.match(label) for label in name.split("."))
+    labels = name.split(".")
+    return all(_LABEL.match(label) for label in labels) and not labels[-1].isdigit()
 
 
 def _ip(text: str) -> IPAddress | None:
