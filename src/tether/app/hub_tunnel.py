@@ -57,6 +57,7 @@ REFRESH_S = 2.0
 FIELD_MANAGER = "tether-hub-tunnel"
 PROXY_AUTH_KEY = PROXY_HEADER_PREFIX + "Proxy-Authorization"
 KEY_FILE = "proxy-token.key"
+Obj = dict[str, Any]
 
 
 def load_or_create_key(path: Path) -> bytes:
@@ -155,6 +156,7 @@ class HubTunnel:
         """Proxy tokens for the pull Clusters behind this listener: granted to their API
         endpoints, and written to their credentials Secrets where missing or stale."""
         grants: dict[str, set[Destination]] = {}
+        wanted: dict[tuple[str, str], str] = {}  # (namespace, Secret) → token
         for cluster in await self.host.list_objects(CLUSTER_API_VERSION, "Cluster"):
             name = str((cluster.get("metadata") or {}).get("name", ""))
             spec = cluster.get("spec") or {}
@@ -164,18 +166,26 @@ class HubTunnel:
             token = proxy_token(self._key, name)
             grants.setdefault(token_key(token), set()).add(dest)
             ref = spec.get("secretRef") or {}
-            await self._write_token(str(ref.get("name") or name),
-                                    str(ref.get("namespace") or HUB_NAMESPACE), token)
+            wanted[(str(ref.get("namespace") or HUB_NAMESPACE), str(ref.get("name") or name))] = token
         self.policy.replace_grants(grants)
-
-    async def _write_token(self, secret: str, namespace: str, token: str) -> None:
-        value = base64.b64encode(f"Bearer {token}".encode()).decode()
-        try:
-            found = await self.host.get("v1", "Secret", secret, namespace)
-        except KubeError as exc:  # 404: registration writes it; the next refresh adds the token
-            if exc.code != 404:
-                log.warning("tunnel: reading Secret %s/%s failed: %s", namespace, secret, exc)
+        if not wanted:
             return
+        # one list for the usual namespace; a Secret elsewhere is read on its own
+        found = {(HUB_NAMESPACE, str(s["metadata"]["name"])): s
+                 for s in await self.host.list_objects("v1", "Secret", HUB_NAMESPACE)}
+        for (namespace, secret), token in wanted.items():
+            await self._write_token(namespace, secret, token, found.get((namespace, secret)))
+
+    async def _write_token(self, namespace: str, secret: str, token: str, found: Obj | None) -> None:
+        value = base64.b64encode(f"Bearer {token}".encode()).decode()
+        if found is None and namespace != HUB_NAMESPACE:
+            try:
+                found = await self.host.get("v1", "Secret", secret, namespace)
+            except KubeError as exc:
+                if exc.code != 404:
+                    log.warning("tunnel: reading Secret %s/%s failed: %s", namespace, secret, exc)
+        if found is None:
+            return  # registration writes it; the next refresh adds the token
         if (found.get("data") or {}).get(PROXY_AUTH_KEY) == value:
             return
         try:
