@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,8 @@ from tether.local.rbac.authorizer import (
 )
 from tether.local.rbac.requestinfo import RequestInfo
 from tether.local.resources import ResourceType
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 ANONYMOUS_USER = UserInfo(ANONYMOUS, (UNAUTHENTICATED,))
@@ -80,6 +83,8 @@ def certificate_user(peer_cert: Mapping[str, Any]) -> UserInfo | None:
 
 
 def forbidden(attrs: Attributes, reason: str = "") -> ApiError:
+    # Who was refused what, never credentials: what an operator needs to fix a role.
+    log.info("RBAC: %s", forbidden_status_message(attrs, reason))
     return ApiError(403, "Forbidden", forbidden_status_message(attrs, reason), name=attrs.name,
                     kind=attrs.resource, group=attrs.api_group)
 

@@ -3,7 +3,8 @@
 - `/api/v1/...` and `/apis/<group>/<version>/...` with at least a resource are *resource
   requests*; everything else (`/api`, `/apis/apps/v1`, `/version`, `/openapi/v3`) is a
   *non-resource request* judged by its path;
-- the verb comes from the method: GET and HEAD `get` (`list` without a name, `watch` with
+- a path's verb is the method in lower case (`get`, `post`, `head`); a resource's verb comes
+  from the method: GET and HEAD `get` (`list` without a name, `watch` with
   `watch=true`), POST `create`, PUT `update`, PATCH `patch`, DELETE `delete`
   (`deletecollection` without a name); the legacy `/watch/` and `/proxy/` path prefixes set the
   verb themselves;
@@ -62,7 +63,7 @@ def _name_from_field_selector(selector: str) -> str:
 def resolve(method: str, path: str, query: Mapping[str, Sequence[str]]) -> RequestInfo:
     method = method.upper()
     parts = [p for p in path.strip("/").split("/") if p] if path.strip("/") else []
-    non_resource = RequestInfo(False, path, METHOD_VERBS.get(method, method.lower()))
+    non_resource = RequestInfo(False, path, method.lower())  # a path's verb is the method
     if len(parts) < 3 or parts[0] not in API_PREFIXES:
         return non_resource
     prefix, rest = parts[0], parts[1:]
