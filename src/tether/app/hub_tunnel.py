@@ -41,6 +41,7 @@ from tether.federation.crds import CLUSTER_API_VERSION
 from tether.federation.health import HUB_NAMESPACE, PROXY_HEADER_PREFIX
 from tether.kube import KubeClient, KubeError
 from tether.net import daemon
+from tether.objects import Obj
 from tether.tunnel import pki
 from tether.tunnel.connect import ConnectPolicy, token_key
 from tether.tunnel.destinations import (
@@ -58,8 +59,6 @@ REFRESH_S = 2.0
 FIELD_MANAGER = "tether-hub-tunnel"
 PROXY_AUTH_KEY = PROXY_HEADER_PREFIX + "Proxy-Authorization"
 KEY_FILE = "proxy-token.key"
-Obj = dict[str, Any]
-
 
 def load_or_create_key(path: Path) -> bytes:
     """The hub's proxy-token key: read, or made once (mode 0600 from the start)."""
@@ -181,10 +180,9 @@ class HubTunnel:
         value = base64.b64encode(f"Bearer {token}".encode()).decode()
         if found is None and namespace != HUB_NAMESPACE:
             try:
-                found = await self.host.get("v1", "Secret", secret, namespace)
+                found = await self.host.get_or_none("v1", "Secret", secret, namespace)
             except KubeError as exc:
-                if exc.code != 404:
-                    log.warning("tunnel: reading Secret %s/%s failed: %s", namespace, secret, exc)
+                log.warning("tunnel: reading Secret %s/%s failed: %s", namespace, secret, exc)
         if found is None:
             return  # registration writes it; the next refresh adds the token
         if (found.get("data") or {}).get(PROXY_AUTH_KEY) == value:

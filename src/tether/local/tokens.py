@@ -13,8 +13,7 @@ What the real control plane does, in one module:
 - `POST .../serviceaccounts/<name>/token` (TokenRequest) issues bound, expiring tokens, which is
   what `kubectl create token` calls.
 
-RBAC is not enforced by local clusters: a ServiceAccount token authenticates, and every
-authenticated user may do everything. Roles and bindings are stored, never evaluated.
+What a ServiceAccount may do is RBAC's to decide (local/rbac/).
 """
 
 from __future__ import annotations
