@@ -41,6 +41,10 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+# kubeadm's one object anonymous clients may read (its Role `kubeadm:bootstrap-signer-clusterinfo`
+# for system:anonymous): how a joining cluster finds the CA to check its pin before it sends any
+# credential.
+ANONYMOUS_GETS = frozenset({"/api/v1/namespaces/kube-public/configmaps/cluster-info"})
 NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 # Extra handlers for subresources served by other parts (logs, exec, ...), keyed by name.
@@ -85,7 +89,8 @@ class ApiServer:
     async def handle(self, request: Request) -> Reply:
         try:
             user = self._authenticate(request)
-            if user is None and request.path not in PUBLIC_PATHS:
+            if (user is None and request.path not in PUBLIC_PATHS
+                    and not (request.method == "GET" and request.path in ANONYMOUS_GETS)):
                 return _json(401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                    "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
             return await self._route(request, user or "system:anonymous")
