@@ -95,7 +95,7 @@ REQUESTS_PATH = f"/apis/{CLUSTER_API_VERSION}/namespaces/{HUB_NAMESPACE}/{REGIST
 APPROVED = "Approved"
 DENIED = "Denied"
 _ALPHABET = string.ascii_lowercase + string.digits
-_TOKEN = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+_TOKEN_ID = re.compile(r"^[a-z0-9]{6}$")
 
 
 class BootstrapError(Exception):
@@ -124,12 +124,13 @@ def normalize_hash(value: str) -> str:
 
 
 def split_token(token: str) -> tuple[str, str]:
-    """(id, secret) from kubeadm's `<id>.<secret>`."""
-    found = _TOKEN.match(token.strip())
-    if found is None:
-        raise BootstrapError("the token must look like <6-character id>.<16-character secret> "
-                             "(lower-case letters and digits, as printed by `tether token create`)")
-    return found.group(1), found.group(2)
+    """(id, secret) from `<id>.<secret>`. Only the id's shape is checked here: whether the
+    secret is right (kubeadm's are 16 characters of `[a-z0-9]`) is the hub's to say."""
+    token_id, sep, secret = token.strip().partition(".")
+    if not sep or not _TOKEN_ID.match(token_id) or not secret:
+        raise BootstrapError("the token must look like <6-character id>.<secret> "
+                             "(as printed by `tether token create`)")
+    return token_id, secret
 
 
 def token_secret_name(token_id: str) -> str:
@@ -458,16 +459,18 @@ async def anonymous_ca(server: str, timeout_s: float) -> bytes:
             timeout_s=timeout_s, idempotent=True)
     except KubeError as exc:
         raise BootstrapError(
-            f"the hub at {server} does not let anonymous clients read its CA "
-            f"({PUBLIC_NAMESPACE}/{PUBLIC_CLUSTER_INFO}: {exc.reason or exc.code}); the token is "
-            "only sent once the CA is checked against --ca-cert-hash. On the hub, as an admin: "
-            "`tether token create` publishes it (and anonymous authentication must be on)") from None
+            f"refusing the hub at {server}: it does not let anonymous clients read its CA "
+            f"({PUBLIC_NAMESPACE}/{PUBLIC_CLUSTER_INFO}: {exc.reason or exc.code}), and the token "
+            "is only sent once the CA is checked against --ca-cert-hash. On the hub, as an "
+            "admin: `tether token create` publishes it (anonymous authentication must be on)"
+        ) from None
     finally:
         await anonymous.close()
     ca_pem = ca_from_cluster_info(info)
     if not ca_pem:
-        raise BootstrapError(f"the hub's {PUBLIC_NAMESPACE}/{PUBLIC_CLUSTER_INFO} holds no CA "
-                             "certificate (certificate-authority-data)")
+        raise BootstrapError(f"refusing the hub at {server}: its {PUBLIC_NAMESPACE}/"
+                             f"{PUBLIC_CLUSTER_INFO} holds no CA certificate "
+                             "(certificate-authority-data)")
     return ca_pem
 
 
