@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import yaml
 
-PROXY = "/apis/cluster.tether.io/v1alpha1/clusters/{}/proxy"
+PROXY = "/apis/{group}/v1alpha1/clusters/{cluster}/proxy"
 WAIT_S = 60.0
 
 
@@ -123,11 +123,12 @@ class HubEnv:
         return context
 
     def through_proxy(self, cluster: str, method: str, path: str, *, token: str | None = None,
-                      cert: tuple[Path, Path] | None = None, body: Any = None) -> httpx.Response:
+                      cert: tuple[Path, Path] | None = None, body: Any = None,
+                      group: str = "cluster.tether.io") -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         with httpx.Client(verify=self.proxy_tls(cert), timeout=30) as http:
-            return http.request(method, self.proxy_url + PROXY.format(cluster) + path,
-                                headers=headers, json=body)
+            url = self.proxy_url + PROXY.format(group=group, cluster=cluster) + path
+            return http.request(method, url, headers=headers, json=body)
 
     def create_token(self, namespace: str, account: str, duration: str = "1h") -> str:
         return self.kubectl("create", "token", account, "-n", namespace,
