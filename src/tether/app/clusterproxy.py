@@ -324,6 +324,8 @@ class ProxyServer:
         lines = ["# TYPE tether_cluster_proxy_requests_total counter"]
         for outcome, count in sorted(self.proxy.counts.items()):
             lines.append(f'tether_cluster_proxy_requests_total{{outcome="{outcome}"}} {count}')
+        lines += ["# TYPE tether_cluster_proxy_access_reviews_total counter",
+                  f"tether_cluster_proxy_access_reviews_total {self.proxy.reviews}"]
         return "\n".join(lines) + "\n"
 
     async def publish(self) -> None:
