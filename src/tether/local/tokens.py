@@ -15,8 +15,7 @@ What the real control plane does, in one module:
 - bootstrap tokens (`tether.local.bootstrap_tokens`) authenticate as kube-apiserver's
   bootstrap-token authenticator says, and the token controller deletes them once expired.
 
-RBAC is not enforced by local clusters: a ServiceAccount token authenticates, and every
-authenticated user may do everything. Roles and bindings are stored, never evaluated.
+What a ServiceAccount may do is RBAC's to decide (local/rbac/).
 """
 
 from __future__ import annotations

@@ -9,9 +9,8 @@ ClusterRole labelled `rbac.authorization.k8s.io/aggregate-to-<role>: "true"`.
 
 Each carries `kubernetes.io/bootstrapping: rbac-defaults` and
 `rbac.authorization.kubernetes.io/autoupdate: "true"`. At every start the cluster puts back what
-is missing from those with `autoupdate: "true"` (missing rules, subjects, labels; extra ones an
-administrator added are kept, as kube-apiserver's reconciliation does); one set to `"false"` is
-left as it is.
+is missing (missing rules, subjects, labels; extra ones an administrator added are kept, as
+kube-apiserver's reconciliation does), unless its autoupdate annotation says `"false"`.
 """
 
 from __future__ import annotations
@@ -144,21 +143,20 @@ def cluster_role_bindings() -> list[Obj]:
 def reconciled(default: Obj, current: Obj | None) -> Obj | None:
     """What to write so `current` has everything `default` has (None: nothing to write).
 
-    Missing objects are created; ones whose autoupdate annotation is not `"true"` are left
-    alone; otherwise missing labels, annotations, rules (not for aggregated roles, whose rules
+    Missing objects are created; ones whose autoupdate annotation is `"false"` are left alone;
+    otherwise missing labels, annotations, rules (not for aggregated roles, whose rules
     the aggregation controller owns), the aggregation rule and subjects are added, and a
     binding's roleRef is put back.
     """
     if current is None:
         return copy.deepcopy(default)
     meta = current.get("metadata") or {}
-    if (meta.get("annotations") or {}).get(AUTOUPDATE_ANNOTATION) != "true":
+    if (meta.get("annotations") or {}).get(AUTOUPDATE_ANNOTATION) == "false":
         return None
     updated = copy.deepcopy(current)
     new_meta = updated.setdefault("metadata", {})
     for key in ("labels", "annotations"):
-        merged = {**(new_meta.get(key) or {}), **default["metadata"][key]}
-        new_meta[key] = merged
+        new_meta[key] = {**default["metadata"][key], **(new_meta.get(key) or {})}  # set values win
     if default["kind"] == "ClusterRole":
         if "aggregationRule" in default:
             updated["aggregationRule"] = copy.deepcopy(default["aggregationRule"])
