@@ -1,10 +1,10 @@
-"""`tether demo`: the KubeFed seed's flow on local clusters, and what to try next.
+"""`tether demo`: KubeFed's quick-start flow on local clusters, and what to try next.
 
 1. Local clusters `hub` (the host), `cluster` and `cluster1` (members), in one data dir.
 2. `tether hub install` on `hub`; `cluster` and `cluster1` joined in push mode (the registry
    functions, as `tether join` runs them).
 3. The hub's controllers run in this process for the demo's duration.
-4. The seed's namespace, FederatedNamespace and FederatedDeployment applied on the host, then
+4. The namespace, FederatedNamespace and FederatedDeployment applied on the host, then
    each member's result: `cluster` runs 5 replicas of nginx:1.14.0-alpine, `cluster1` 3 of
    nginx:1.17.
 
@@ -224,7 +224,7 @@ def clusters_table(clusters: Sequence[Mapping[str, Any]], joins: Sequence[regist
 
 
 def results_table(results: Sequence[MemberResult]) -> Table:
-    table = Table("cluster", "namespace", "ready", "image", "annotations", "as the seed says",
+    table = Table("cluster", "namespace", "ready", "image", "annotations", "as expected",
                   title=f"{NAMESPACE}/{DEPLOYMENT} in each member")
     for r in results:
         replicas, image = EXPECTED[r.cluster]
@@ -304,7 +304,7 @@ def run(data_dir: Path, console: Console) -> int:
     if propagated:
         ok = all(r.matches(EXPECTED[r.cluster]) for r in results)
         if ok:
-            console.print("[green]as the seed says[/green]: cluster runs 5 x nginx:1.14.0-alpine, "
+            console.print("[green]as expected[/green]: cluster runs 5 x nginx:1.14.0-alpine, "
                           "cluster1 3 x nginx:1.17 (the override's add-then-remove leaves no foo annotation)")
         else:
             console.print(f"[red]propagation did not finish within {PROPAGATION_WAIT_S:.0f}s[/red]: "
