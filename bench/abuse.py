@@ -27,6 +27,7 @@ import contextlib
 import datetime as dt
 import http.client
 import json
+import math
 import os
 import platform
 import ssl
@@ -386,12 +387,16 @@ def tables(result: dict[str, Any]) -> str:
     for item, worst in zip(result["outcomes"], result["worst_ms"], strict=True):
         answer = f"{item.status} {item.detail}" if item.status else f"connection failed: {item.detail}"
         lines.append(f"| {item.name} | {answer.replace('|', '/')} | {item.seconds:.2f} s | "
-                     f"{verdict(item.refused)} | {worst:.1f} ms |")
+                     f"{verdict(item.refused)} | {shown_ms(worst)} |")
     idle = result["idle"]
     lines.append(f"| {idle['attempted']:,} idle TLS connections (held {SETTLE_S:.0f} s) | {idle['kept']:,} kept, "
                  f"{idle['refused']:,} closed at accept | - | {'yes' if idle['refused'] else '**NO**'} | "
-                 f"{idle['worst_ms']:.1f} ms |")
+                 f"{shown_ms(idle['worst_ms'])} |")
     return "\n".join(lines)
+
+
+def shown_ms(value: float) -> str:
+    return "- (no request fell due)" if math.isnan(value) else f"{value:.1f} ms"
 
 
 def verdict(refused: bool | None) -> str:
