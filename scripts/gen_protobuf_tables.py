@@ -94,6 +94,10 @@ SCALARS: dict[str, str] = {
     "int64": "INT",
     "bool": "BOOL",
 }
+PROTO_SCALARS = frozenset(
+    {"double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32",
+     "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes"}
+)  # fmt: skip
 # Map values the decoder reads (keys are always strings in Kubernetes' protos).
 MAP_SCALAR_VALUES = frozenset({"STRING", "BYTES"})
 
@@ -139,8 +143,8 @@ def parse_proto(text: str, where: str) -> ProtoPackage:
     messages: dict[str, list[ProtoField]] = {}
     for match in _MESSAGE.finditer(text):
         name, body = match.group(1), match.group(2)
-        messages[name] = [_parse_field(stmt.strip(), f"{where}: {name}") for stmt in body.split(";")
-                          if stmt.strip()]  # fmt: skip
+        statements = [statement.strip() for statement in body.split(";")]
+        messages[name] = [_parse_field(st, f"{where}: {name}") for st in statements if st]
     leftover = _MESSAGE.sub("", text)
     if "{" in leftover or "}" in leftover:
         raise GenerationError(f"{where}: nested or unknown blocks (enum, oneof, service?)")
@@ -260,14 +264,11 @@ class Tables:
 class Sources:
     """The proto and Go views of every package, keyed by Go-style qualifier."""
 
-    def __init__(self, api: Path, apimachinery: Path) -> None:
-        dirs: dict[str, Path] = {q: apimachinery / d for d, q in APIMACHINERY_PACKAGES.items()}
-        for _, api_dir, _ in ROOTS:
-            dirs[_qualifier_for_api_dir(api_dir)] = api / api_dir
+    def __init__(self, directories: dict[str, Path]) -> None:
         self.proto: dict[str, ProtoPackage] = {}
         self.go: dict[str, GoPackage] = {}
         self.qualifiers: dict[str, str] = {}  # proto package -> qualifier
-        for qualifier, directory in dirs.items():
+        for qualifier, directory in directories.items():
             proto_path = directory / "generated.proto"
             if not proto_path.is_file():
                 raise GenerationError(f"{proto_path} is missing: is this the right checkout?")
@@ -276,9 +277,20 @@ class Sources:
             self.go[qualifier] = parse_go_package(directory)
             self.qualifiers[package.name] = qualifier
 
+    @classmethod
+    def from_checkouts(
+        cls, api: Path, apimachinery: Path, roots: Iterable[tuple[str, str, str]] = ROOTS
+    ) -> Sources:
+        dirs = {q: apimachinery / d for d, q in APIMACHINERY_PACKAGES.items()}
+        for _, api_dir, _ in roots:
+            dirs[_qualifier_for_api_dir(api_dir)] = api / api_dir
+        return cls(dirs)
+
     def resolve(self, type_: str, qualifier: str, where: str) -> str:
         if type_ in SCALARS:
             return SCALARS[type_]
+        if type_ in PROTO_SCALARS:
+            raise GenerationError(f"{where}: {type_} is a scalar the decoder does not read")
         if type_.startswith("."):
             package, _, message = type_[1:].rpartition(".")
             if package not in self.qualifiers:
@@ -297,11 +309,16 @@ def _qualifier_for_api_dir(api_dir: str) -> str:
     return f"{group}{version}"
 
 
-def build_tables(sources: Sources) -> Tables:
+def build_tables(
+    sources: Sources,
+    roots: Iterable[tuple[str, str, str]] = ROOTS,
+    any_group_roots: Iterable[tuple[str, str]] = ANY_GROUP_ROOTS,
+) -> Tables:
+    """Tables for every message reachable from the root kinds."""
     kinds = {
-        (group, kind): f"{_qualifier_for_api_dir(api_dir)}.{kind}" for group, api_dir, kind in ROOTS
+        (group, kind): f"{_qualifier_for_api_dir(api_dir)}.{kind}" for group, api_dir, kind in roots
     }
-    any_group_kinds = dict(ANY_GROUP_ROOTS)
+    any_group_kinds = dict(any_group_roots)
     messages: dict[str, dict[int, TableField]] = {}
     special: set[str] = set()
     pending = [*kinds.values(), *any_group_kinds.values()]
@@ -496,7 +513,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     try:
         api_tag = _tag(args.api, args.api_tag)
         apimachinery_tag = _tag(args.apimachinery, args.apimachinery_tag)
-        tables = build_tables(Sources(args.api, args.apimachinery))
+        tables = build_tables(Sources.from_checkouts(args.api, args.apimachinery))
     except GenerationError as exc:
         print(f"gen_protobuf_tables: {exc}", file=sys.stderr)
         return 2
