@@ -126,8 +126,8 @@ class ProtoPackage:
     messages: dict[str, list[ProtoField]]
 
 
-_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
-_LINE_COMMENT = re.compile(r"//[^\n]*")
+# One pattern, so whichever comment starts first wins (`/*` inside `//` and `//` inside `/* */`).
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _PACKAGE = re.compile(r"^\s*package\s+([\w.]+)\s*;", re.MULTILINE)
 _MESSAGE = re.compile(r"\bmessage\s+(\w+)\s*\{([^{}]*)\}")
 _FIELD = re.compile(r"^(optional|repeated)\s+([\w.]+)\s+(\w+)\s*=\s*(\d+)$")
@@ -136,7 +136,7 @@ _MAP_FIELD = re.compile(r"^map\s*<\s*(\w+)\s*,\s*([\w.]+)\s*>\s+(\w+)\s*=\s*(\d+
 
 def parse_proto(text: str, where: str) -> ProtoPackage:
     """Parse the proto2 subset go-to-protobuf writes: flat messages of plain fields."""
-    text = _LINE_COMMENT.sub("", _BLOCK_COMMENT.sub("", text))
+    text = _COMMENT.sub("", text)
     package = _PACKAGE.search(text)
     if package is None:
         raise GenerationError(f"{where}: no package statement")

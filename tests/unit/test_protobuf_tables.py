@@ -196,7 +196,7 @@ def gen() -> ModuleType:
 
 
 META_PROTO = """\
-// comment { with braces }
+// comment { with braces } and a path glob /logs/*
 syntax = "proto2";
 package k8s.io.apimachinery.pkg.apis.meta.v1;
 message ObjectMeta {
@@ -228,9 +228,9 @@ DEMO_PROTO = """\
 syntax = "proto2";
 package k8s.io.api.demo.v1;
 import "k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto";
-/* a block comment */
+/* a block comment: http://example.com/ */
 message Widget {
-  // metadata
+  // paths like /logs/* (not a block comment)
   optional .k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta metadata = 1;
   optional WidgetSpec spec = 2;
 }
@@ -249,6 +249,7 @@ message WidgetSpec {
 message LocalRef {
   optional string name = 1;
 }
+/* block */
 message Tags {
   repeated string items = 1;
 }
