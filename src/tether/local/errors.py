@@ -35,6 +35,7 @@ class ApiError(Exception):
         return f"{self.code} {self.reason}: {self.message}"
 
     def status(self) -> dict[str, Any]:
+        """The `metav1.Status`, fields in kube-apiserver's order (clients compare the bytes)."""
         details: dict[str, Any] = {}
         if self.name:
             details["name"] = self.name
@@ -44,17 +45,14 @@ class ApiError(Exception):
             details["kind"] = self.kind
         if self.causes:
             details["causes"] = [c.to_dict() for c in self.causes]
-        body: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
+        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+        if self.message:
+            body["message"] = self.message
+        if self.reason:  # an error the server could not classify has no reason (StatusReasonUnknown)
+            body["reason"] = self.reason
         if details:
             body["details"] = details
+        body["code"] = self.code
         return body
 
 

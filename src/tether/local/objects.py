@@ -192,7 +192,13 @@ def image_pull_policy(image: str) -> str:
 def _default_container(container: Obj) -> None:
     container.setdefault("terminationMessagePath", "/dev/termination-log")
     container.setdefault("terminationMessagePolicy", "File")
-    container.setdefault("resources", {})
+    resources = container.setdefault("resources", {})
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
+        # A limit without a request is also the request (SetDefaults_Pod).
+        requests = resources.setdefault("requests", {})
+        if isinstance(requests, dict):
+            for name, value in resources["limits"].items():
+                requests.setdefault(name, value)
     if isinstance(container.get("image"), str):
         container.setdefault("imagePullPolicy", image_pull_policy(container["image"]))
     for port in container.get("ports") or []:
@@ -235,7 +241,7 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
                 tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
                                     "tolerationSeconds": 300})
         obj.setdefault("status", {}).setdefault("phase", "Pending")
-        obj["status"].setdefault("qosClass", "BestEffort")
+        obj["status"].setdefault("qosClass", qos_class(spec))
     elif group == "apps" and kind == "Deployment":
         spec = obj.setdefault("spec", {})
         spec.setdefault("replicas", 1)
@@ -267,6 +273,10 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         spec.setdefault("backoffLimit", 6)
         spec.setdefault("completions", 1)
         spec.setdefault("parallelism", 1)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        if not spec.get("podFailurePolicy"):
+            spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
         _default_template(obj)
     elif group == "" and kind == "Service":
         spec = obj.setdefault("spec", {})
@@ -276,6 +286,10 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
             spec.setdefault("ipFamilies", ["IPv4"])
             spec.setdefault("ipFamilyPolicy", "SingleStack")
             spec.setdefault("internalTrafficPolicy", "Cluster")
+        if spec["type"] in ("NodePort", "LoadBalancer"):
+            spec.setdefault("externalTrafficPolicy", "Cluster")
+        if spec["type"] == "LoadBalancer":
+            spec.setdefault("allocateLoadBalancerNodePorts", True)
         for port in spec.get("ports") or []:
             if isinstance(port, dict):
                 port.setdefault("protocol", "TCP")
@@ -288,12 +302,81 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
             data = obj.setdefault("data", {})
             for key, value in string_data.items():
                 data[key] = base64.b64encode(str(value).encode()).decode()
+    elif group == "" and kind == "PersistentVolumeClaim":
+        obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+    elif group == "" and kind == "PersistentVolume":
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
+        spec.setdefault("volumeMode", "Filesystem")
+    elif group == "batch" and kind == "CronJob":
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("concurrencyPolicy", "Allow")
+        spec.setdefault("suspend", False)
+        spec.setdefault("successfulJobsHistoryLimit", 3)
+        spec.setdefault("failedJobsHistoryLimit", 1)
     elif group == "" and kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj.setdefault("status", {}).setdefault("phase", "Active")
         name = obj.get("metadata", {}).get("name")
         if name:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+    default_status(group, kind, obj)
+
+
+# The status of these kinds as kube-apiserver always shows it: their Go status structs encode
+# these fields even when empty (no `omitempty`), so a fresh object reads like this.
+EMPTY_STATUS: dict[tuple[str, str], Obj] = {
+    ("", "Service"): {"loadBalancer": {}},
+    ("networking.k8s.io", "Ingress"): {"loadBalancer": {}},
+    ("", "ReplicationController"): {"replicas": 0},
+    ("apps", "Deployment"): {},
+    ("apps", "ReplicaSet"): {"replicas": 0},
+    ("apps", "StatefulSet"): {"replicas": 0, "availableReplicas": 0},
+    ("apps", "DaemonSet"): {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                            "numberReady": 0},
+    ("batch", "Job"): {},
+    ("batch", "CronJob"): {},
+    ("", "ResourceQuota"): {},
+    ("policy", "PodDisruptionBudget"): {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                                        "expectedPods": 0},
+    ("", "PersistentVolumeClaim"): {"phase": "Pending"},
+    ("", "PersistentVolume"): {"phase": "Pending"},
+}
+
+
+def default_status(group: str, kind: str, obj: Obj) -> None:
+    """Fill the status fields kube-apiserver always returns (see EMPTY_STATUS); the status dict
+    is replaced, not changed, because a status write may share it with the stored object."""
+    empty = EMPTY_STATUS.get((group, kind))
+    if empty is None:
+        return
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        obj["status"] = copy.deepcopy(empty)
+    elif any(key not in status for key in empty):
+        obj["status"] = {**copy.deepcopy(empty), **status}
+
+
+def qos_class(spec: Obj) -> str:
+    """The pod's QoS class from its containers' requests and limits (the kubelet's rule)."""
+    containers = [c for key in ("containers", "initContainers") for c in spec.get(key) or [] if isinstance(c, dict)]
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    guaranteed = True
+    for container in containers:
+        resources = container.get("resources") or {}
+        container_requests = resources.get("requests") or {}
+        container_limits = resources.get("limits") or {}
+        for name in ("cpu", "memory"):
+            if name in container_requests:
+                requests[name] = container_requests[name]
+            if name in container_limits:
+                limits[name] = container_limits[name]
+            if name not in container_limits or container_requests.get(name, container_limits[name]) != container_limits[name]:
+                guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def default_job_selector(job: Obj) -> None:

@@ -224,11 +224,21 @@ class Registry:
         for rt in types:
             self._types[(rt.group, rt.version, rt.plural)] = rt
         self._crd_owner[crd_name] = [(rt.group, rt.version, rt.plural) for rt in types]
+        self._custom_keys = self._storage_keys_of_crds()
         self.generation += 1
 
     def remove_crd_types(self, crd_name: str) -> None:
         for key in self._crd_owner.pop(crd_name, []):
             self._types.pop(key, None)
+        self._custom_keys = self._storage_keys_of_crds()
         self.generation += 1
 
+    def is_custom(self, storage_key: str) -> bool:
+        """Whether a storage key holds custom resources (asked on every write: a set lookup)."""
+        return storage_key in self._custom_keys
+
+    def _storage_keys_of_crds(self) -> frozenset[str]:
+        return frozenset(f"{group}/{plural}" for keys in self._crd_owner.values() for group, _, plural in keys)
+
     _crd_owner: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    _custom_keys: frozenset[str] = frozenset()

@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 
 from tether.engine import Engine, RequeueAfter
-from tether.local import objects
+from tether.local import encoding, objects
 from tether.local.errors import ApiError, bad_request, method_not_allowed
 from tether.local.http import Reply, Request, Response
 from tether.local.operations import Operations, WriteOptions, decode_body
@@ -437,7 +437,7 @@ class TokenRequestHandler:
             "spec": spec,
             "status": {"token": token, "expirationTimestamp": expires},
         }
-        return Response(201, json.dumps(answer, separators=(",", ":")).encode())
+        return Response(201, encoding.body(answer))
 
 
 def build(cluster: LocalCluster) -> list[Component]:
