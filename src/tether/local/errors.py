@@ -81,10 +81,14 @@ def conflict(resource: str, name: str, group: str = "", detail: str = "") -> Api
 
 
 def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> ApiError:
-    """422 Invalid; `kind` here is the Kind (the real server's message starts with it)."""
-    summary = ", ".join(f"{c.field}: {c.message}" if c.field else c.message for c in causes)
+    """422 Invalid; `kind` here is the Kind (the real server's message starts with it). The
+    message joins the causes as upstream's aggregate error does: one as is, several in brackets,
+    repeats once."""
+    texts = list(dict.fromkeys(f"{c.field}: {c.message}" if c.field else c.message for c in causes))
+    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
     qualified = f"{kind}.{group}" if group else kind
-    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', name=name, kind=kind, group=group, causes=causes)
+    message = f'{qualified} "{name}" is invalid: {summary}' if texts else f'{qualified} "{name}" is invalid'
+    return ApiError(422, "Invalid", message, name=name, kind=kind, group=group, causes=causes)
 
 
 def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> ApiError:

@@ -5,23 +5,14 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
-import re
 import secrets
 import time
 import uuid
 from typing import Any
 
-from tether.local.errors import Cause
-
 Obj = dict[str, Any]
 
 GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-# Kinds whose names must be DNS-1123 labels rather than subdomains.
-LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
-# Kinds whose names are path segments only (no DNS rule), like RBAC objects.
-PATH_NAMED_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "Event"})
 
 
 _last_stamp: tuple[int, str] = (-1, "")
@@ -46,138 +37,6 @@ def new_uid() -> str:
 
 def generated_name(prefix: str) -> str:
     return prefix + "".join(secrets.choice(GENERATE_ALPHABET) for _ in range(5))
-
-
-def name_causes(kind: str, name: str) -> list[Cause]:
-    if kind in PATH_NAMED_KINDS:
-        bad = name in (".", "..") or "/" in name or "%" in name
-        return [Cause("FieldValueInvalid", f'Invalid value: "{name}": may not contain \'/\' or \'%\'', "metadata.name")] if bad else []
-    if kind in LABEL_NAMED_KINDS:
-        if len(name) > 63 or not DNS1123_LABEL.match(name):
-            msg = (
-                f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case alphanumeric '
-                "characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  "
-                "or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-            )
-            return [Cause("FieldValueInvalid", msg, "metadata.name")]
-        return []
-    if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
-        msg = (
-            f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
-            "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
-            "'example.com', regex used for validation is "
-            "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-        )
-        return [Cause("FieldValueInvalid", msg, "metadata.name")]
-    return []
-
-
-def _required(field: str) -> Cause:
-    return Cause("FieldValueRequired", "Required value", field)
-
-
-def _pod_spec_causes(spec: Any, prefix: str) -> list[Cause]:
-    if not isinstance(spec, dict):
-        return [_required(prefix)]
-    containers = spec.get("containers")
-    if not containers:
-        return [_required(f"{prefix}.containers")]
-    causes: list[Cause] = []
-    seen: set[str] = set()
-    for i, container in enumerate(containers):
-        where = f"{prefix}.containers[{i}]"
-        if not isinstance(container, dict):
-            causes.append(Cause("FieldValueTypeInvalid", "must be an object", where))
-            continue
-        name = container.get("name")
-        if not name:
-            causes.append(_required(f"{where}.name"))
-        elif not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
-            causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": a lowercase RFC 1123 label '
-                                "must consist of lower case alphanumeric characters or '-'", f"{where}.name"))
-        elif name in seen:
-            causes.append(Cause("FieldValueDuplicate", f'Duplicate value: "{name}"', f"{where}.name"))
-        else:
-            seen.add(str(name))
-        if not container.get("image"):
-            causes.append(_required(f"{where}.image"))
-    causes += _volume_causes(spec.get("volumes"), prefix)
-    return causes
-
-
-def _volume_causes(volumes: Any, prefix: str) -> list[Cause]:
-    """Volume names are DNS labels and projected paths stay inside the volume (no `..`, not absolute)."""
-    causes: list[Cause] = []
-    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
-        if not isinstance(volume, dict):
-            continue
-        name = volume.get("name")
-        if not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
-            causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": a lowercase RFC 1123 label '
-                                "must consist of lower case alphanumeric characters or '-'",
-                                f"{prefix}.volumes[{i}].name"))
-        for source in ("configMap", "secret"):
-            for j, item in enumerate((volume.get(source) or {}).get("items") or []):
-                path = str((item or {}).get("path", ""))
-                if not path or path.startswith("/") or ".." in path.split("/"):
-                    causes.append(Cause("FieldValueInvalid", f'Invalid value: "{path}": must be a relative path '
-                                        "without '..'", f"{prefix}.volumes[{i}].{source}.items[{j}].path"))
-    return causes
-
-
-def _template_spec(obj: Obj, *path: str) -> Any:
-    node: Any = obj
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node
-
-
-def kind_causes(group: str, kind: str, obj: Obj) -> list[Cause]:
-    """The checks users hit most often; the real server checks far more."""
-    if group == "" and kind == "Pod":
-        return _pod_spec_causes(obj.get("spec"), "spec")
-    if group in ("apps", "batch") and kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job"):
-        causes = []
-        if kind != "Job" and not _template_spec(obj, "spec", "selector"):
-            causes.append(_required("spec.selector"))
-        causes += _pod_spec_causes(_template_spec(obj, "spec", "template", "spec"), "spec.template.spec")
-        selector = _template_spec(obj, "spec", "selector", "matchLabels") or {}
-        labels = _template_spec(obj, "spec", "template", "metadata", "labels") or {}
-        if kind != "Job" and isinstance(selector, dict) and isinstance(labels, dict) and any(
-            labels.get(k) != v for k, v in selector.items()
-        ):
-            causes.append(Cause("FieldValueInvalid", "Invalid value: map[string]string{}: `selector` does not "
-                                "match template `labels`", "spec.template.metadata.labels"))
-        replicas = _template_spec(obj, "spec", "replicas")
-        if kind in ("Deployment", "ReplicaSet", "StatefulSet") and replicas is not None:
-            if not isinstance(replicas, int) or isinstance(replicas, bool):
-                causes.append(Cause("FieldValueTypeInvalid", f'Invalid value: "{replicas}": spec.replicas in body '
-                                    "must be of type integer", "spec.replicas"))
-            elif replicas < 0:
-                causes.append(Cause("FieldValueInvalid", f"Invalid value: {replicas}: must be greater than or "
-                                    "equal to 0", "spec.replicas"))
-        return causes
-    if group == "" and kind == "Service":
-        spec = obj.get("spec") or {}
-        ports = spec.get("ports") or []
-        causes = []
-        if not ports and spec.get("type", "ClusterIP") != "ExternalName" and spec.get("clusterIP") != "None":
-            causes.append(_required("spec.ports"))
-        for i, port in enumerate(ports):
-            if not isinstance(port, dict) or not isinstance(port.get("port"), int):
-                causes.append(_required(f"spec.ports[{i}].port"))
-        return causes
-    if group == "" and kind in ("ConfigMap", "Secret"):
-        causes = []
-        for field in ("data", "binaryData", "stringData"):
-            values = obj.get(field)
-            if values is not None and not isinstance(values, dict):
-                causes.append(Cause("FieldValueTypeInvalid", "must be a map", field))
-            elif values:
-                causes += [Cause("FieldValueTypeInvalid", "must be a string", f"{field}[{key}]")
-                           for key, value in values.items() if not isinstance(value, str)]
-        return causes
-    return []
 
 
 def image_pull_policy(image: str) -> str:
@@ -310,6 +169,11 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         spec.setdefault("volumeMode", "Filesystem")
     elif group == "batch" and kind == "CronJob":
         spec = obj.setdefault("spec", {})
+        job_template = spec.get("jobTemplate")
+        template = job_template.get("spec", {}).get("template") if isinstance(job_template, dict) else None
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            template.setdefault("metadata", {})
+            default_pod_spec(template["spec"])
         spec.setdefault("concurrencyPolicy", "Allow")
         spec.setdefault("suspend", False)
         spec.setdefault("successfulJobsHistoryLimit", 3)

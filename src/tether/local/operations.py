@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tether.local import crds, encoding, objects, patching, schema
+from tether.local import crds, encoding, objects, patching, schema, validation
 from tether.local.errors import (
     ApiError,
     Cause,
@@ -132,13 +132,9 @@ class Operations:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
         meta["namespace"] = body_ns or namespace or "default"
 
-    def _validate(self, rt: ResourceType, obj: Obj, *, strict: bool) -> None:
+    def _validate(self, rt: ResourceType, obj: Obj, *, strict: bool, old: Obj | None = None) -> None:
         name = obj["metadata"].get("name", "")
-        causes = objects.name_causes(rt.kind, name) + objects.kind_causes(rt.group, rt.kind, obj)
-        for field in ("labels", "annotations"):
-            value = obj["metadata"].get(field)
-            if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
-                causes.append(Cause("FieldValueTypeInvalid", "must be a map of strings", f"metadata.{field}"))
+        causes = validation.causes(rt.group, rt.kind, obj, old)
         if rt.crd and rt.schema is not None:
             causes += self._schema_causes(rt, obj, strict=strict)
         if rt.group == "apiextensions.k8s.io":
@@ -206,13 +202,14 @@ class Operations:
         if rt.status and (rt.group, rt.kind) not in KEEP_STATUS_ON_CREATE:
             obj.pop("status", None)
         objects.apply_defaults(rt.group, rt.kind, obj)
+        meta["uid"] = objects.new_uid()  # early, as upstream: a Job's generated selector names it
+        if rt.group == "batch" and rt.kind == "Job":
+            objects.default_job_selector(obj)
         self._admit(rt, obj, None)
         self._validate(rt, obj, strict=opts.strict)
         meta = obj["metadata"]  # CR schema pruning rebuilds the object
         self._require_namespace(rt, meta.get("namespace", ""))
-        meta["uid"] = objects.new_uid()
-        if rt.group == "batch" and rt.kind == "Job":
-            objects.default_job_selector(obj)
+        meta["uid"] = meta.get("uid") or objects.new_uid()
         meta["creationTimestamp"] = objects.now_rfc3339()
         if rt.has_generation or rt.crd:
             meta["generation"] = 1
@@ -305,7 +302,7 @@ class Operations:
         if subresource != "status":
             objects.apply_defaults(rt.group, rt.kind, new)
             self._admit(rt, new, current)
-            self._validate(rt, new, strict=opts.strict)
+            self._validate(rt, new, strict=opts.strict, old=current)
             meta = new["metadata"]  # CR schema pruning rebuilds the object
         elif not rt.crd:
             objects.default_status(rt.group, rt.kind, new)
