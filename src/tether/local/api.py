@@ -45,6 +45,9 @@ NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 # Extra handlers for subresources served by other parts (logs, exec, ...), keyed by name.
 SubresourceHandler = Callable[[Request, ResourceType, str, str, str], Awaitable[Reply]]
+# Handlers for whole API groups whose objects are computed, not stored (metrics.k8s.io):
+# (request, type, namespace, name) -> reply.
+GroupHandler = Callable[[Request, ResourceType, str, str], Awaitable[Reply]]
 
 
 def _json(status: int, body: Any, content_type: str = "application/json", *, sort_keys: bool = False) -> Response:
@@ -83,6 +86,7 @@ class ApiServer:
         self._tokens = tokens
         self._server_address = server_address
         self.subresource_handlers: dict[str, SubresourceHandler] = {}
+        self.group_handlers: dict[str, GroupHandler] = {}
         self.ready: Callable[[], bool] = lambda: True
 
     # entry -------------------------------------------------------------------------------
@@ -214,6 +218,10 @@ class ApiServer:
     async def _dispatch(self, request: Request, target: Target, user: str) -> Reply:
         rt, method = target.rt, request.method
         sub = target.subresource
+        group_handler = self.group_handlers.get(rt.group)
+        if group_handler is not None and not sub:
+            self._require_verb(rt, "get" if target.name else "list")
+            return await group_handler(request, rt, target.namespace, target.name)
         if sub and sub not in ("status", "scale", "finalize"):
             handler = self.subresource_handlers.get(sub)
             if handler is None:

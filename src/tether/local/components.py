@@ -13,12 +13,14 @@ if TYPE_CHECKING:
 
 
 def build(cluster: LocalCluster) -> list[Component]:
-    from tether.local import kubelet, nodes, services, tokens, workloads
+    from tether.local import apiservices, kubelet, metricsapi, nodes, services, tokens, workloads
 
     parts: list[Component] = []
     parts += services.build(cluster)  # Service IPs, Endpoints/EndpointSlices, service proxy, DNS
     parts += nodes.build(cluster)  # nodes and leases, IPAM (podCIDR or Calico IPPools), scheduler
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
+    parts += metricsapi.build(cluster)  # metrics.k8s.io from the kubelet's processes (kubectl top)
     parts += tokens.build(cluster)  # ServiceAccount tokens, TokenRequest, default SA, root CA
+    parts += apiservices.build(cluster)  # the local APIServices, Available conditions
     return parts

@@ -178,6 +178,10 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         spec.setdefault("suspend", False)
         spec.setdefault("successfulJobsHistoryLimit", 3)
         spec.setdefault("failedJobsHistoryLimit", 1)
+    elif group == "apiregistration.k8s.io" and kind == "APIService":
+        service = obj.setdefault("spec", {}).get("service")
+        if isinstance(service, dict):
+            service.setdefault("port", 443)
     elif group == "" and kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj.setdefault("status", {}).setdefault("phase", "Active")

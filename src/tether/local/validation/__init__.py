@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.local.errors import Cause
-from tether.local.validation import config, networking, pods, services, workloads
-from tether.local.validation.meta import name_rule, object_meta
+from tether.local.validation import apiregistration, config, networking, pods, services, workloads
+from tether.local.validation.fields import mapping
+from tether.local.validation.meta import NameRule, name_rule, object_meta
 
 Obj = dict[str, Any]
 Check = Callable[[Obj], list[Cause]]
@@ -39,6 +40,7 @@ CHECKS: dict[tuple[str, str], Check] = {
     ("batch", "Job"): workloads.job,
     ("batch", "CronJob"): workloads.cron_job,
     ("networking.k8s.io", "Ingress"): networking.ingress,
+    ("apiregistration.k8s.io", "APIService"): apiregistration.apiservice,
 }
 
 
@@ -59,8 +61,14 @@ UPDATE_CHECKS: dict[tuple[str, str], UpdateCheck] = {
 
 
 def causes(group: str, kind: str, obj: Obj, old: Obj | None = None) -> list[Cause]:
-    meta = obj.get("metadata")
-    found = object_meta(group, kind, meta if isinstance(meta, dict) else {})
+    rule: NameRule | None = None
+    if (group, kind) == ("apiregistration.k8s.io", "APIService"):
+        spec = mapping(obj.get("spec"))
+
+        def rule(name: str) -> list[str]:
+            return apiregistration.name_errors(name, spec)
+
+    found = object_meta(group, kind, mapping(obj.get("metadata")), rule)
     check = CHECKS.get((group, kind))
     if check is not None:
         found += check(obj)

@@ -45,8 +45,8 @@ def _generate_name_errors(rule: NameRule, prefix: str) -> Sequence[str]:
     return rule(candidate)
 
 
-def object_meta(group: str, kind: str, meta: Obj) -> list[Cause]:
-    rule = name_rule(group, kind)
+def object_meta(group: str, kind: str, meta: Obj, rule: NameRule | None = None) -> list[Cause]:
+    rule = rule or name_rule(group, kind)
     causes: list[Cause] = []
     generate = meta.get("generateName")
     if isinstance(generate, str) and generate:
