@@ -234,6 +234,7 @@ class Operations:
         return obj
 
     def commit_create(self, rt: ResourceType, obj: Obj) -> Obj:
+        obj["metadata"].setdefault("resourceVersion", "")  # its place in the order; the store fills it
         self._ordered(rt, obj)
         meta = obj["metadata"]
         try:
