@@ -15,6 +15,7 @@ with sorted keys instead (`dumps(..., sort_keys=True)`), which the C encoder doe
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 Obj = dict[str, Any]
@@ -53,6 +54,7 @@ KIND_MAPS: dict[str, tuple[str, ...]] = {
     "Secret": ("data",),
 }
 _HEAD = ("kind", "apiVersion", "metadata")
+_GO_ESCAPED = re.compile("[<>&\u2028\u2029]")
 
 
 def dumps(obj: Any, *, sort_keys: bool = False) -> str:
@@ -109,7 +111,7 @@ def go_json(obj: Any) -> str:
     """Compact JSON as Go's encoder writes it: UTF-8 as is, and `<`, `>`, `&`, U+2028 and
     U+2029 escaped (those characters occur only inside strings, so replacing them is safe)."""
     text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    if any(c in text for c in "<>&\u2028\u2029"):
+    if _GO_ESCAPED.search(text):
         text = (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
                 .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
     return text

@@ -275,8 +275,11 @@ def each(path: str, value: str, messages: Sequence[str]) -> list[Cause]:
 
 def labels(values: Any, path: str) -> list[Cause]:
     """ValidateLabels: keys are qualified names, values label values (sorted: Go's map order is
-    random, a stable order is kinder)."""
+    random, a stable order is kinder). Every write checks its labels: the common case, all
+    valid, costs one cached lookup per key and one match per value."""
     if not isinstance(values, dict):
+        return []
+    if all(not qualified_name(str(k)) and (not isinstance(v, str) or not label_value(v)) for k, v in values.items()):
         return []
     causes: list[Cause] = []
     for key in sorted(values, key=str):

@@ -58,7 +58,7 @@ def object_meta(group: str, kind: str, meta: Obj, rule: NameRule | None = None) 
         causes += f.each("metadata.name", name, rule(name))
     for key in ("labels", "annotations"):
         value = meta.get(key)
-        if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+        if value is not None and not _string_map(value):
             causes.append(f.type_invalid(f"metadata.{key}", "must be a map of strings"))
     causes += f.labels(meta.get("labels"), "metadata.labels")
     causes += annotation_causes(meta.get("annotations"))
@@ -67,14 +67,20 @@ def object_meta(group: str, kind: str, meta: Obj, rule: NameRule | None = None) 
     return causes
 
 
+def _string_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(item, str) for item in value.values())
+
+
 def annotation_causes(values: Any) -> list[Cause]:
     if not isinstance(values, dict):
         return []
     causes: list[Cause] = []
     total = 0
-    for key in sorted(values, key=str):
-        causes += f.each("metadata.annotations", str(key), f.qualified_name(str(key).lower()))
-        total += len(str(key)) + len(str(values[key]))
+    for key, value in values.items():
+        total += len(str(key)) + len(str(value))
+    if any(f.qualified_name(str(key).lower()) for key in values):
+        for key in sorted(values, key=str):
+            causes += f.each("metadata.annotations", str(key), f.qualified_name(str(key).lower()))
     if total > ANNOTATIONS_MAX_BYTES:
         causes.append(f.too_long("metadata.annotations", ANNOTATIONS_MAX_BYTES))
     return causes
