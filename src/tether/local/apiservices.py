@@ -155,6 +155,7 @@ class APIServiceController:
     def _observe(self, resource: str, namespace: str, name: str) -> None:
         if resource == APISERVICES:
             self.engine.enqueue(name)
+            self.engine.enqueue(SYNC_LOCAL)  # a deleted local one comes back, as upstream's do
         elif resource == CRDS:
             self.engine.enqueue(SYNC_LOCAL)
         else:  # a Service or its Endpoints: the APIServices that name it

@@ -113,7 +113,13 @@ def immutable(path: str, value: Any, *, rendered: str | None = None) -> Cause:
 
 
 def nonnegative(path: str, value: Any) -> list[Cause]:
-    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+    """ValidateNonnegativeField; a value that is no integer cannot be decoded upstream (a 4xx
+    either way), here a type error naming the field."""
+    if value is None:
+        return []
+    if not isinstance(value, int) or isinstance(value, bool):
+        return [type_invalid(path, f"Invalid value: {go_quote(str(value))}: {path} in body must be of type integer")]
+    if value < 0:
         return [invalid(path, value, "must be greater than or equal to 0")]
     return []
 
