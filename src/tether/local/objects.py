@@ -205,6 +205,7 @@ EMPTY_STATUS: dict[tuple[str, str], Obj] = {
     ("batch", "Job"): {},
     ("batch", "CronJob"): {},
     ("", "ResourceQuota"): {},
+    ("autoscaling", "HorizontalPodAutoscaler"): {"desiredReplicas": 0},
     ("policy", "PodDisruptionBudget"): {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
                                         "expectedPods": 0},
     ("", "PersistentVolumeClaim"): {"phase": "Pending"},

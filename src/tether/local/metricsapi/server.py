@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from tether.local import encoding, objects, selectors, tables
@@ -53,10 +53,12 @@ class Sampler:
     """Container usage from cumulative samples (see the module docstring)."""
 
     def __init__(self, source: ContainerProcesses | None, *, measure: Measure = procfs.measure,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.source = source
         self.measure = measure
         self.clock = clock
+        self.sleep = sleep
         self._previous: dict[tuple[PodKey, str, int], Sample] = {}
         self._window_s = MIN_WINDOW_S
 
@@ -78,7 +80,7 @@ class Sampler:
         fresh = bool(usable) and all(MIN_WINDOW_S <= now - s.at <= MAX_WINDOW_S for s in usable)
         if current and (not fresh or any(key not in self._previous for key in current)):
             self._previous = current
-            await asyncio.sleep(MIN_WINDOW_S)
+            await self.sleep(MIN_WINDOW_S)
             current = self._sample()
         out: dict[PodKey, dict[str, Usage]] = {}
         windows = []
