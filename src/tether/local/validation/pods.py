@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tether.local import objects
 from tether.local.errors import Cause
 from tether.local.validation import fields as f
 from tether.local.validation import meta as m
@@ -263,6 +264,8 @@ def pod_update(new_spec: Any, old_spec: Any) -> list[Cause]:
     """A pod's spec may change only in the fields UPDATABLE_POD_SPEC_FIELDS name."""
     if not isinstance(new_spec, dict) or not isinstance(old_spec, dict):
         return []
+    old_spec = copy.deepcopy(old_spec)
+    objects.default_pod_spec(old_spec)  # stored before a default existed: not a change
     munged = copy.deepcopy(new_spec)
     for key in ("containers", "initContainers"):
         new_list, old_list = munged.get(key), old_spec.get(key)

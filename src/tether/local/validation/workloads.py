@@ -8,6 +8,7 @@ import copy
 import re
 from typing import Any
 
+from tether.local import objects
 from tether.local.errors import Cause
 from tether.local.validation import fields as f
 from tether.local.validation.pods import pod_template
@@ -353,6 +354,16 @@ def stateful_set_update(new: Obj, old: Obj) -> list[Cause]:
                         "and 'minReadySeconds' are forbidden")]
 
 
+def defaulted_template(template: Any) -> Any:
+    """A stored template with today's defaults, so an object written before a default existed
+    does not read as changed."""
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        return template
+    copied = copy.deepcopy(template)
+    objects.default_pod_spec(copied["spec"])
+    return copied
+
+
 def job_update(new: Obj, old: Obj) -> list[Cause]:
     spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
     causes: list[Cause] = []
@@ -362,9 +373,9 @@ def job_update(new: Obj, old: Obj) -> list[Cause]:
         if not elastic:
             causes.append(f.immutable("spec.completions", completions))
     causes += immutable_selector(new, old)
-    if spec.get("template") != old_spec.get("template"):
+    if spec.get("template") != defaulted_template(old_spec.get("template")):
         # The real message prints the whole core.PodTemplateSpec struct here.
         causes.append(f.immutable("spec.template", None, rendered="core.PodTemplateSpec{...}"))
-    if spec.get("completionMode") != old_spec.get("completionMode"):
+    if (spec.get("completionMode") or "NonIndexed") != (old_spec.get("completionMode") or "NonIndexed"):
         causes.append(f.immutable("spec.completionMode", spec.get("completionMode")))
     return causes
