@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tether.local import discovery, openapi, tables, watching
+from tether.local import deletion, discovery, encoding, openapi, tables, watching
 from tether.local.errors import ApiError, bad_request, expired, method_not_allowed, path_not_found
 from tether.local.operations import Operations, WriteOptions, decode_body, groups_of
 from tether.local.rbac import reviews
@@ -52,14 +52,22 @@ NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 # Extra handlers for subresources served by other parts (logs, exec, ...), keyed by name.
 SubresourceHandler = Callable[[Request, ResourceType, str, str, str], Awaitable[Reply]]
+# Handlers for whole API groups whose objects are computed, not stored (metrics.k8s.io):
+# (request, type, namespace, name) -> reply.
+GroupHandler = Callable[[Request, ResourceType, str, str], Awaitable[Reply]]
 
 
-def _json(status: int, body: Any, content_type: str = "application/json") -> Response:
-    return Response(status, json.dumps(body, separators=(",", ":")).encode(), content_type=content_type)
+def _json(status: int, body: Any, content_type: str = "application/json", *, sort_keys: bool = False) -> Response:
+    return Response(status, encoding.body(body, sort_keys=sort_keys), content_type=content_type)
+
+
+def _raw_json(status: int, body: Any) -> Response:
+    """What kube-apiserver writes with WriteRawJSON (`/version`, `/`): indented, no newline."""
+    return Response(status, json.dumps(body, indent=2).encode())
 
 
 def status_response(error: ApiError) -> Response:
-    return _json(error.code, error.status())
+    return Response(error.code, encoding.status_body(error.status()))
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,7 @@ class ApiServer:
         self.enforcer = enforcer
         self._server_address = server_address
         self.subresource_handlers: dict[str, SubresourceHandler] = {}
+        self.group_handlers: dict[str, GroupHandler] = {}
         self.ready: Callable[[], bool] = lambda: True
 
     # entry -------------------------------------------------------------------------------
@@ -143,10 +152,10 @@ class ApiServer:
             ok = self.ready() or path.startswith("/livez")
             return Response(200 if ok else 500, b"ok" if ok else b"not ready", content_type="text/plain; charset=utf-8")
         if path == "/version":
-            return _json(200, SERVER_VERSION)
+            return _raw_json(200, SERVER_VERSION)
         if path == "/":
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz", "/version"]
-            return _json(200, {"paths": paths})
+            return _raw_json(200, {"paths": paths})
         if path.startswith("/openapi"):
             return self._openapi(request, path)
         parts = path.strip("/").split("/")
@@ -191,8 +200,8 @@ class ApiServer:
             # kubectl's client-side validation (used for `kind: List` input) needs a v2 document; an
             # empty one (protobuf `swagger: "2.0"`, no definitions) means "no schema: skip".
             return Response(200, b"\n\x032.0", content_type=OPENAPI_V2_PROTOBUF)
-        if path == "/openapi/v3":
-            return _json(200, openapi.root_document(self.registry))
+        if path == "/openapi/v3":  # kube-openapi writes its documents without a newline
+            return Response(200, encoding.dumps(openapi.root_document(self.registry)).encode())
         prefix = "/openapi/v3/"
         if path.startswith(prefix):
             parts = path[len(prefix):].split("/")
@@ -229,6 +238,10 @@ class ApiServer:
     async def _dispatch(self, request: Request, target: Target, user: UserInfo) -> Reply:
         rt, method = target.rt, request.method
         sub = target.subresource
+        group_handler = self.group_handlers.get(rt.group)
+        if group_handler is not None and not sub:
+            self._require_verb(rt, "get" if target.name else "list")
+            return await group_handler(request, rt, target.namespace, target.name)
         if sub and sub not in ("status", "scale", "finalize"):
             handler = self.subresource_handlers.get(sub)
             if handler is None:
@@ -272,13 +285,7 @@ class ApiServer:
                 return self._delete_collection(request, rt, target.namespace, options, opts)
             self._require_verb(rt, "delete")
             obj, gone = self.ops.delete(rt, target.namespace, target.name, options, opts)
-            if gone and not (rt.group == "" and rt.kind == "Pod"):
-                details = {"name": target.name, "kind": rt.plural, "uid": obj["metadata"].get("uid")}
-                if rt.group:
-                    details["group"] = rt.group
-                return _json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                   "details": details})
-            return self._object_response(request, rt, 200, obj)
+            return self._delete_response(request, rt, obj, gone, options)
         raise method_not_allowed()
 
     def _require_verb(self, rt: ResourceType, verb: str) -> None:
@@ -340,8 +347,17 @@ class ApiServer:
             return _json(code, self._table(request, rt, [obj], resource_version=obj["metadata"].get("resourceVersion", "")))
         text = self.ops.store.encoded(obj)  # a write's answer: the JSON the store just wrote
         if text is not None:
-            return Response(code, text.encode())
-        return _json(code, obj)
+            return Response(code, (text + "\n").encode())
+        return _json(code, obj, sort_keys=rt.crd)
+
+    def _delete_response(self, request: Request, rt: ResourceType, obj: Obj, gone: bool, options: Obj) -> Response:
+        """What kube-apiserver's registry answers a DELETE with (see `deletion.response_kind`)."""
+        # 202 when the object stays for now and the client asked for cascading deletion the old
+        # way (orphanDependents=false), as the real handler does.
+        code = 202 if not gone and options.get("orphanDependents") is False else 200
+        if deletion.returns_object(rt, gone):
+            return self._object_response(request, rt, code, obj)
+        return _json(code, deletion.success_status(rt, obj))
 
     def _table(self, request: Request, rt: ResourceType, items: list[Obj], *, resource_version: str,
                continue_token: str = "", remaining: int | None = None, with_headers: bool = True) -> Obj:
@@ -401,10 +417,15 @@ class ApiServer:
         if continue_token:
             metadata["continue"] = continue_token
             metadata["remainingItemCount"] = remaining
+        # Lists are the largest answers; join pre-encoded items rather than re-walk one big tree.
+        if rt.crd:  # an unstructured list: a map, keys sorted (apiVersion, items, kind, metadata)
+            joined = ",".join(json.dumps(o, separators=(",", ":"), sort_keys=True) for o in items)
+            body = (f'{{"apiVersion":{json.dumps(rt.group_version)},"items":[{joined}],'
+                    f'"kind":{json.dumps(rt.list_kind)},"metadata":{encoding.dumps(metadata, sort_keys=True)}}}\n')
+            return Response(200, body.encode())
         head = json.dumps({"kind": rt.list_kind, "apiVersion": rt.group_version, "metadata": metadata},
                           separators=(",", ":"))
-        # Lists are the largest answers; join pre-encoded items rather than re-walk one big tree.
-        body = head[:-1] + ',"items":[' + ",".join(json.dumps(o, separators=(",", ":")) for o in items) + "]}"
+        body = head[:-1] + ',"items":[' + ",".join(json.dumps(o, separators=(",", ":")) for o in items) + "]}\n"
         return Response(200, body.encode())
 
     def _encode_continue(self, key: tuple[str, str], revision: str) -> str:
@@ -441,7 +462,8 @@ class ApiServer:
                 raise
             deleted.append(final)
         return _json(200, {"kind": rt.list_kind, "apiVersion": rt.group_version,
-                           "metadata": {"resourceVersion": str(self.ops.store.revision)}, "items": deleted})
+                           "metadata": {"resourceVersion": str(self.ops.store.revision)}, "items": deleted},
+                     sort_keys=rt.crd)
 
     # watch -------------------------------------------------------------------------------
 
@@ -493,6 +515,7 @@ class ApiServer:
             initial=initial,
             bookmark_object=bookmark,
             render=render,
+            sort_keys=rt.crd and not as_table,
         )
         return StreamResponse(200, watching.stream(self.ops.store, watch))
 

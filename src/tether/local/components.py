@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def build(cluster: LocalCluster) -> list[Component]:
-    from tether.local import kubelet, nodes, services, tokens, workloads
+    from tether.local import apiservices, kubelet, metricsapi, nodes, services, tokens, workloads
     from tether.local.rbac import component as rbac
 
     parts: list[Component] = []
@@ -21,6 +21,8 @@ def build(cluster: LocalCluster) -> list[Component]:
     parts += nodes.build(cluster)  # nodes and leases, IPAM (podCIDR or Calico IPPools), scheduler
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
+    parts += metricsapi.build(cluster)  # metrics.k8s.io from the kubelet's processes (kubectl top)
     parts += tokens.build(cluster)  # ServiceAccount tokens, TokenRequest, default SA, root CA
     parts += rbac.build(cluster)  # ClusterRole aggregation (admin/edit/view and custom ones)
+    parts += apiservices.build(cluster)  # the local APIServices, Available conditions
     return parts

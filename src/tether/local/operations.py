@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tether.local import crds, objects, patching, schema
+from tether.local import crds, encoding, objects, patching, schema, validation
 from tether.local.errors import (
     ApiError,
     Cause,
@@ -68,6 +68,7 @@ class Operations:
     def __init__(self, store: Store, registry: Registry) -> None:
         self.store = store
         self.registry = registry
+        store.sort_keys = registry.is_custom  # custom resources are encoded as maps: keys sorted
         # Called after each committed write of a CRD, so the registry follows it.
         self.on_crd_change: Callable[[Obj | None, str], None] = self._sync_crd
         # Admission plugins: (type, new object, current object or None on create). They may
@@ -134,13 +135,9 @@ class Operations:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
         meta["namespace"] = body_ns or namespace or "default"
 
-    def _validate(self, rt: ResourceType, obj: Obj, *, strict: bool) -> None:
+    def _validate(self, rt: ResourceType, obj: Obj, *, strict: bool, old: Obj | None = None) -> None:
         name = obj["metadata"].get("name", "")
-        causes = objects.name_causes(rt.kind, name) + objects.kind_causes(rt.group, rt.kind, obj)
-        for field in ("labels", "annotations"):
-            value = obj["metadata"].get(field)
-            if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
-                causes.append(Cause("FieldValueTypeInvalid", "must be a map of strings", f"metadata.{field}"))
+        causes = validation.causes(rt.group, rt.kind, obj, old)
         if rt.crd and rt.schema is not None:
             causes += self._schema_causes(rt, obj, strict=strict)
         if rt.group == "apiextensions.k8s.io":
@@ -197,8 +194,7 @@ class Operations:
             return self._review(rt, obj, opts)
         self._place(rt, obj, namespace)
         meta = obj["metadata"]
-        if meta.get("resourceVersion"):
-            raise invalid(rt.kind, meta.get("name", ""), [Cause("FieldValueInvalid", "must be empty; resourceVersion should not be set on objects to be created", "metadata.resourceVersion")], rt.group)
+        version_set = set_on_create(meta.pop("resourceVersion", None))
         if not meta.get("name"):
             prefix = meta.get("generateName")
             if not prefix:
@@ -209,13 +205,14 @@ class Operations:
         if rt.status and (rt.group, rt.kind) not in KEEP_STATUS_ON_CREATE:
             obj.pop("status", None)
         objects.apply_defaults(rt.group, rt.kind, obj)
+        meta["uid"] = objects.new_uid()  # early, as upstream: a Job's generated selector names it
+        if rt.group == "batch" and rt.kind == "Job":
+            objects.default_job_selector(obj)
         self._admit(rt, obj, None)
         self._validate(rt, obj, strict=opts.strict)
         meta = obj["metadata"]  # CR schema pruning rebuilds the object
         self._require_namespace(rt, meta.get("namespace", ""))
-        meta["uid"] = objects.new_uid()
-        if rt.group == "batch" and rt.kind == "Job":
-            objects.default_job_selector(obj)
+        meta["uid"] = meta.get("uid") or objects.new_uid()
         meta["creationTimestamp"] = times.now_rfc3339()
         if rt.has_generation or rt.crd:
             meta["generation"] = 1
@@ -229,10 +226,19 @@ class Operations:
         if opts.dry_run:
             if self.store.get(rt.storage_key, meta.get("namespace", ""), meta["name"]) is not None:
                 raise already_exists(rt.plural, meta["name"], rt.group)
-            return obj
+            return self._ordered(rt, obj)
+        if version_set:  # the storage layer's refusal: a plain error, upstream a 500 without a reason
+            raise ApiError(500, "", RESOURCE_VERSION_ON_CREATE)
         return self.commit_create(rt, obj)
 
+    def _ordered(self, rt: ResourceType, obj: Obj) -> Obj:
+        if not rt.crd:
+            encoding.order_builtin(rt.kind, obj)
+        return obj
+
     def commit_create(self, rt: ResourceType, obj: Obj) -> Obj:
+        obj["metadata"].setdefault("resourceVersion", "")  # its place in the order; the store fills it
+        self._ordered(rt, obj)
         meta = obj["metadata"]
         try:
             stored = self.store.create(rt.storage_key, meta.get("namespace", ""), meta["name"], obj)
@@ -260,7 +266,7 @@ class Operations:
                 if user else {"authenticated": False, "error": "token not recognised"}
             )
         obj["metadata"].setdefault("creationTimestamp", None)
-        return obj
+        return self._ordered(rt, obj)
 
     # update ------------------------------------------------------------------------------
 
@@ -297,8 +303,10 @@ class Operations:
         if subresource != "status":
             objects.apply_defaults(rt.group, rt.kind, new)
             self._admit(rt, new, current)
-            self._validate(rt, new, strict=opts.strict)
+            self._validate(rt, new, strict=opts.strict, old=current)
             meta = new["metadata"]  # CR schema pruning rebuilds the object
+        elif not rt.crd:
+            objects.default_status(rt.group, rt.kind, new)
         if "generation" in cur_meta:
             generation = int(cur_meta["generation"])
             meta["generation"] = generation + 1 if objects.spec_changed(current, new) else generation
@@ -310,10 +318,11 @@ class Operations:
         if new == current:
             return current  # a no-op write changes nothing and notifies no one
         if opts.dry_run:
-            return new
+            return self._ordered(rt, new)
         return self.commit_update(rt, new, expect=expect)
 
     def commit_update(self, rt: ResourceType, new: Obj, *, expect: str | None = None) -> Obj:
+        self._ordered(rt, new)
         meta = new["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
         try:
@@ -532,6 +541,18 @@ class Operations:
     def load_crds(self) -> None:
         for crd in self.store.list_objects("apiextensions.k8s.io/customresourcedefinitions"):
             self._sync_crd(crd, crd["metadata"]["name"])
+
+
+RESOURCE_VERSION_ON_CREATE = "resourceVersion should not be set on objects to be created"
+MAX_UINT64 = 2**64 - 1
+
+
+def set_on_create(value: Any) -> bool:
+    """Whether a create's resourceVersion is refused: only one that parses as a non-zero unsigned
+    64-bit integer (strconv.ParseUint); any other value is dropped, as etcd3's store does."""
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return False
+    return 0 < int(value) <= MAX_UINT64
 
 
 def _json_or_yaml(body: bytes) -> Any:

@@ -114,8 +114,8 @@ class Watcher:
         self._store.unwatch(self)
 
 
-def _encode(obj: Obj) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def _encode(obj: Obj, sort_keys: bool = False) -> str:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys)
 
 
 class Store:
@@ -144,6 +144,9 @@ class Store:
         self._listeners: list[tuple[frozenset[str], Callable[[Event], None]]] = []
         # The object of the latest write with its JSON, so the write's response reuses it.
         self._last_written: tuple[Obj, str] | None = None
+        # Which resources are encoded with sorted keys (custom resources, as kube-apiserver
+        # encodes them); set by the API's operations, which know the types.
+        self.sort_keys: Callable[[str], bool] = lambda resource: False
         self.revision = 0
         self.compacted = 0
         self._load()
@@ -194,7 +197,7 @@ class Store:
                 prev_rv: int) -> tuple[int, str]:
         rv = self.revision + 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        text = _encode(obj)
+        text = _encode(obj, self.sort_keys(resource))
         self._db.execute(
             "INSERT INTO log (rv, resource, namespace, name, type, obj, prev_rv) VALUES (?,?,?,?,?,?,?)",
             (rv, resource, namespace, name, event_type, text, prev_rv),
@@ -248,7 +251,7 @@ class Store:
         prev_rv = int(prev["metadata"]["resourceVersion"])
         if expect_rv is not None and expect_rv != str(prev_rv):
             raise RevisionMismatch(name)
-        final: Obj = json.loads(_encode(prev))
+        final: Obj = json.loads(_encode(prev, self.sort_keys(resource)))
         rv, text = self._append("DELETED", resource, namespace, name, final, prev_rv)
         del bucket[(namespace, name)]
         self._notify(Event("DELETED", rv, resource, namespace, name, final, prev, text))

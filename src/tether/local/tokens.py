@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 
 from tether.engine import Engine, RequeueAfter
-from tether.local import bootstrap_tokens
+from tether.local import bootstrap_tokens, encoding
 from tether.local.errors import ApiError, bad_request, method_not_allowed
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
@@ -450,7 +450,7 @@ class TokenRequestHandler:
             "spec": spec,
             "status": {"token": token, "expirationTimestamp": expires},
         }
-        return Response(201, json.dumps(answer, separators=(",", ":")).encode())
+        return Response(201, encoding.body(answer))
 
 
 def build(cluster: LocalCluster) -> list[Component]:

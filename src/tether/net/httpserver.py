@@ -328,7 +328,7 @@ class HttpServer:
     async def _handler_error(self, status: int) -> Response:
         request_too_large = (
             b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
-            b'"message":"the request body is larger than 3 MiB","reason":"RequestEntityTooLarge","code":413}'
+            b'"message":"the request body is larger than 3 MiB","reason":"RequestEntityTooLarge","code":413}\n'
         )
         return Response(status, request_too_large)
 

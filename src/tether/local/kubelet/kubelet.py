@@ -54,6 +54,7 @@ class PodWorker:
         self.grace_s = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
         self.deleting = False
         self.task: asyncio.Task[None] | None = None
+        self.pids: dict[str, int] = {}  # container -> its running process (the metrics API reads it)
 
     @property
     def directory(self) -> Path:
@@ -239,12 +240,14 @@ class PodWorker:
                     argv = [*self.kubelet.fabric.command_prefix(pod), *tty_argv(program.argv, env, attachment)]
                     code = await run_process(argv, env=env, cwd=self.directory / "root", log=logfile,
                                              started=started, grace_s=lambda: self.grace_s,
-                                             attachment=attachment)
+                                             attachment=attachment,
+                                             on_start=functools.partial(self.pids.__setitem__, name))
                     watcher.cancel()
             except* LivenessFailed:
                 logfile.write("stderr", b"container killed: liveness probe failed")
             finally:
                 self.kubelet.attachments.pop((self.uid, name), None)
+                self.pids.pop(name, None)
             at = times.now_rfc3339()
             self.set_container(name, lambda c: c.terminated(code, at), init=init)
             return code
@@ -420,6 +423,10 @@ class Kubelet:
         cwd = worker.directory / "root"
         cwd.mkdir(parents=True, exist_ok=True)
         return env, cwd
+
+    def container_pids(self) -> dict[PodKey, dict[str, int]]:
+        """The main process of each running container of each pod this kubelet runs."""
+        return {key: dict(worker.pids) for key, worker in self.workers.items() if worker.pids}
 
     # supervision -------------------------------------------------------------------------
 

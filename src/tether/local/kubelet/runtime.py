@@ -158,8 +158,11 @@ async def run_process(
     started: asyncio.Event | None = None,
     grace_s: Callable[[], float] = lambda: 30.0,
     attachment: Attachment | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> int:
-    """Run until the process exits (its exit code) or the caller cancels (graceful stop)."""
+    """Run until the process exits (its exit code) or the caller cancels (graceful stop).
+
+    `on_start` gets the process id once it runs (the metrics API measures the process from it)."""
     cwd.mkdir(parents=True, exist_ok=True)
     master = slave = -1
     if attachment is not None and attachment.tty:
@@ -192,6 +195,8 @@ async def run_process(
         attachment._master = master if master >= 0 else None
     if started is not None:
         started.set()
+    if on_start is not None:
+        on_start(process.pid)
     try:
         async with asyncio.TaskGroup() as group:
             if master >= 0:

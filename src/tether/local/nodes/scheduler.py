@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import logging
 from collections import Counter
 
 from tether.engine import Engine
-from tether.local import events
+from tether.local import encoding, events
 from tether.local.api import SubresourceHandler
 from tether.local.errors import ApiError, bad_request, conflict, method_not_allowed
 from tether.local.nodes.ipam import NODES, PODS, TERMINAL_PHASES
@@ -101,7 +100,7 @@ def binding_handler(ops: Operations) -> SubresourceHandler:
         uid = str((body.get("metadata") or {}).get("uid") or "")
         bind(ops, namespace, name, str(target["name"]), uid=uid)
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-        return Response(201, json.dumps(status).encode())
+        return Response(201, encoding.body(status))
 
     return handle
 
