@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from tether.local.errors import Cause
+from tether.local.limits import MAX_ANNOTATIONS_BYTES
 
 Obj = dict[str, Any]
 
@@ -53,7 +54,7 @@ def name_causes(kind: str, name: str) -> list[Cause]:
         bad = name in (".", "..") or "/" in name or "%" in name
         return [Cause("FieldValueInvalid", f'Invalid value: "{name}": may not contain \'/\' or \'%\'', "metadata.name")] if bad else []
     if kind in LABEL_NAMED_KINDS:
-        if len(name) > 63 or not DNS1123_LABEL.match(name):
+        if len(name) > 63 or not DNS1123_LABEL.fullmatch(name):
             msg = (
                 f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case alphanumeric '
                 "characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  "
@@ -61,7 +62,7 @@ def name_causes(kind: str, name: str) -> list[Cause]:
             )
             return [Cause("FieldValueInvalid", msg, "metadata.name")]
         return []
-    if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+    if len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
         msg = (
             f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
             "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
@@ -70,6 +71,93 @@ def name_causes(kind: str, name: str) -> list[Cause]:
         )
         return [Cause("FieldValueInvalid", msg, "metadata.name")]
     return []
+
+
+# Label keys and annotation keys are qualified names: an optional DNS subdomain prefix and "/",
+# then a name of at most 63 characters; label values are such names or empty.
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_QUALIFIED_RULE = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                   "alphanumeric character")
+_NAME_PART_MSG = (f"name part {_QUALIFIED_RULE} (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+                  "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+_QUALIFIED_MSG = (f"a qualified name {_QUALIFIED_RULE} (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used "
+                  "for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain "
+                  "prefix and '/' (e.g. 'example.com/MyName')")
+_LABEL_VALUE_MSG = (f"a valid label must be an empty string or {_QUALIFIED_RULE.replace('must consist', 'consist')} "
+                    "(e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is "
+                    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                  "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                  "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+
+
+def qualified_name_problems(key: str) -> list[str]:
+    """kube-apiserver's IsQualifiedName, with its messages."""
+    parts = key.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            return ["prefix part must be non-empty"]
+        problems = []
+        if len(prefix) > 253:
+            problems.append("prefix part must be no more than 253 characters")
+        if not DNS1123_SUBDOMAIN.fullmatch(prefix):
+            problems.append("prefix part " + _SUBDOMAIN_MSG)
+        if problems:
+            return problems
+    else:
+        return [_QUALIFIED_MSG]
+    if not name:
+        return ["name part must be non-empty"]
+    problems = []
+    if len(name) > 63:
+        problems.append("name part must be no more than 63 characters")
+    if not QUALIFIED_NAME.fullmatch(name):
+        problems.append(_NAME_PART_MSG)
+    return problems
+
+
+def label_value_problems(value: str) -> list[str]:
+    problems = []
+    if len(value) > 63:
+        problems.append("must be no more than 63 characters")
+    if value and not QUALIFIED_NAME.fullmatch(value):
+        problems.append(_LABEL_VALUE_MSG)
+    return problems
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def metadata_causes(meta: Obj) -> list[Cause]:
+    """Labels and annotations as kube-apiserver validates them (ObjectMeta, every kind)."""
+    causes: list[Cause] = []
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+            causes.append(Cause("FieldValueTypeInvalid", "must be a map of strings", f"metadata.{field}"))
+    labels = meta.get("labels")
+    if isinstance(labels, dict):
+        for key, value in labels.items():
+            causes += [Cause("FieldValueInvalid", f"Invalid value: {_quoted(key)}: {p}", "metadata.labels")
+                       for p in qualified_name_problems(key)]
+            if isinstance(value, str):
+                causes += [Cause("FieldValueInvalid", f"Invalid value: {_quoted(value)}: {p}", "metadata.labels")
+                           for p in label_value_problems(value)]
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        total = 0
+        for key, value in annotations.items():
+            causes += [Cause("FieldValueInvalid", f"Invalid value: {_quoted(key)}: {p}", "metadata.annotations")
+                       for p in qualified_name_problems(key.lower())]
+            total += len(key) + (len(value) if isinstance(value, str) else 0)
+        if total > MAX_ANNOTATIONS_BYTES:
+            causes.append(Cause("FieldValueTooLong", f"Too long: may not be more than {MAX_ANNOTATIONS_BYTES} bytes",
+                                "metadata.annotations"))
+    return causes
 
 
 def _required(field: str) -> Cause:
@@ -92,7 +180,7 @@ def _pod_spec_causes(spec: Any, prefix: str) -> list[Cause]:
         name = container.get("name")
         if not name:
             causes.append(_required(f"{where}.name"))
-        elif not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
+        elif not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.fullmatch(name):
             causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": a lowercase RFC 1123 label '
                                 "must consist of lower case alphanumeric characters or '-'", f"{where}.name"))
         elif name in seen:
@@ -112,7 +200,7 @@ def _volume_causes(volumes: Any, prefix: str) -> list[Cause]:
         if not isinstance(volume, dict):
             continue
         name = volume.get("name")
-        if not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
+        if not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.fullmatch(name):
             causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": a lowercase RFC 1123 label '
                                 "must consist of lower case alphanumeric characters or '-'",
                                 f"{prefix}.volumes[{i}].name"))

@@ -153,6 +153,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", namespaced=False, verbs=CREATE_ONLY),
 )
 
+BUILTIN_RESOURCES: frozenset[tuple[str, str]] = frozenset((rt.group, rt.plural) for rt in BUILTIN_TYPES)
+
 # Kinds that must exist before others: discovery lists groups in this order.
 GROUP_ORDER = (
     "", "apps", "batch", "autoscaling", "discovery.k8s.io", "networking.k8s.io", "coordination.k8s.io",
@@ -174,6 +176,10 @@ class Registry:
         for rt in BUILTIN_TYPES:
             registry._types[(rt.group, rt.version, rt.plural)] = rt
         return registry
+
+    def is_builtin(self, group: str, plural: str) -> bool:
+        """Whether `plural.group` is served by the server itself (never by a CRD)."""
+        return (group, plural) in BUILTIN_RESOURCES
 
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._types.get((group, version, plural))
@@ -221,6 +227,8 @@ class Registry:
 
     def set_crd_types(self, crd_name: str, types: list[ResourceType]) -> None:
         self.remove_crd_types(crd_name)
+        # A CRD stored before creation refused built-in names must still not replace them.
+        types = [rt for rt in types if not self.is_builtin(rt.group, rt.plural)]
         for rt in types:
             self._types[(rt.group, rt.version, rt.plural)] = rt
         self._crd_owner[crd_name] = [(rt.group, rt.version, rt.plural) for rt in types]

@@ -1,6 +1,7 @@
 """Errors raised by the patch engines; the HTTP layer maps them to `metav1.Status`.
 
 PatchError           the patch is malformed or cannot be applied (400/422)
+PatchTooLarge        the patch has too many operations or would build too much (413)
 ApplyConflictError   server-side apply touched fields another manager owns (409)
 """
 
@@ -11,6 +12,10 @@ from dataclasses import dataclass
 
 class PatchError(Exception):
     """A bad or unappliable patch; the message is written for the end user."""
+
+
+class PatchTooLarge(PatchError):
+    """The patch exceeds a limit on its operations or on what it may build (413)."""
 
 
 @dataclass(frozen=True)

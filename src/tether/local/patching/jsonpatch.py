@@ -2,23 +2,49 @@
 
 Operations apply in order to a deep copy; the first failing operation aborts the whole patch,
 so the caller's document is never half-patched.
+
+Bounded as kube-apiserver bounds it: at most MAX_JSON_PATCH_OPERATIONS operations, and `copy`
+operations together may duplicate at most MAX_JSON_PATCH_COPY_BYTES (a 1 KB patch of copies that
+each double the document would otherwise build gigabytes before any size check could run). The
+same budget pays for measuring subtrees that `move` puts deeper, and no operation may nest the
+document deeper than MAX_NESTING_DEPTH. Each check runs before the operation builds anything.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from tether.local.patching.errors import PatchError
+from tether.local.limits import (
+    MAX_JSON_PATCH_COPY_BYTES,
+    MAX_JSON_PATCH_OPERATIONS,
+    MAX_NESTING_DEPTH,
+)
+from tether.local.patching.errors import PatchError, PatchTooLarge
 
-_Op = Callable[[Any, dict[str, Any], int], Any]
+
+@dataclass
+class _Budget:
+    copy_bytes: int
+    max_depth: int
 
 
-def apply_json_patch(doc: Any, operations: Any) -> Any:
+_Op = Callable[[Any, dict[str, Any], int, _Budget], Any]
+
+
+def apply_json_patch(doc: Any, operations: Any, *, max_operations: int = MAX_JSON_PATCH_OPERATIONS,
+                     max_copy_bytes: int = MAX_JSON_PATCH_COPY_BYTES,
+                     max_depth: int = MAX_NESTING_DEPTH) -> Any:
     """Return `doc` with the RFC 6902 `operations` applied; `doc` is left untouched."""
     if not isinstance(operations, list):
         raise PatchError("json patch must be a list of operations")
+    if len(operations) > max_operations:
+        raise PatchTooLarge(
+            f"The allowed maximum operations in a JSON patch is {max_operations}, got {len(operations)}"
+        )
+    budget = _Budget(max_copy_bytes, max_depth)
     result = copy.deepcopy(doc)
     for index, operation in enumerate(operations):
         if not isinstance(operation, dict):
@@ -26,8 +52,8 @@ def apply_json_patch(doc: Any, operations: Any) -> Any:
         name = operation.get("op")
         handler = _OPERATIONS.get(name) if isinstance(name, str) else None
         if handler is None:
-            raise PatchError(f"json patch operation {index}: unknown op {name!r}")
-        result = handler(result, operation, index)
+            raise PatchError(f"json patch operation {index}: unknown op {_shown(repr(name))}")
+        result = handler(result, operation, index, budget)
     return result
 
 
@@ -44,16 +70,71 @@ def json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and bool(a == b)
 
 
+def json_key(value: Any) -> Any:
+    """A hashable stand-in for a JSON value: equal keys exactly when `json_equal` holds, so
+    duplicate checks and list merges are one dict lookup instead of a scan."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)  # 1 and 1.0 are equal and hash alike
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, dict):
+        return ("d", frozenset((k, json_key(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("l", tuple(json_key(v) for v in value))
+    if value is None:
+        return ("z",)
+    return ("?", id(value))
+
+
+def _shown(value: Any, limit: int = 200) -> str:
+    """A value for an error message (strings as they are, the rest as repr), cut short:
+    messages must not grow with the document."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def parse_pointer(pointer: Any) -> list[str]:
     """Split a JSON Pointer (RFC 6901) into unescaped reference tokens."""
     if not isinstance(pointer, str):
-        raise PatchError(f"path {pointer!r} is not a string")
+        raise PatchError(f"path {_shown(repr(pointer))} is not a string")
     if pointer == "":
         return []
     if not pointer.startswith("/"):
-        raise PatchError(f'path "{pointer}" must start with "/"')
+        raise PatchError(f'path "{_shown(pointer)}" must start with "/"')
     # ~1 must be decoded before ~0, else "~01" would wrongly become "/".
     return [token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/")]
+
+
+def _measure(value: Any, *, budget: _Budget | None, depth_limit: int, max_depth: int, where: str) -> None:
+    """Check that `value` nests at most `depth_limit` containers; with a budget, also charge
+    its size (roughly its JSON length) to the copy budget. Stops as soon as either is exceeded."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > depth_limit:
+                raise PatchError(f"{where} would nest the object more than {max_depth} levels deep")
+            cost = 2
+            if isinstance(node, dict):
+                for key, child in node.items():
+                    cost += len(key) + 3
+                    stack.append((child, depth + 1))
+            else:
+                cost += len(node)
+                stack.extend((child, depth + 1) for child in node)
+        elif isinstance(node, str):
+            cost = len(node) + 2
+        else:
+            cost = 5
+        if budget is not None:
+            budget.copy_bytes -= cost
+            if budget.copy_bytes < 0:
+                raise PatchTooLarge(
+                    f"{where}: the JSON patch copies more than {MAX_JSON_PATCH_COPY_BYTES} bytes "
+                    "in total (the accumulated copy size limit)"
+                )
 
 
 def _string(operation: dict[str, Any], member: str, index: int) -> str:
@@ -75,12 +156,12 @@ def _array_index(token: str, length: int, *, path: str, allow_end: bool) -> int:
     # RFC 6901: decimal digits without leading zeros; "-" only where appending makes sense.
     if token == "-" and allow_end:
         return length
-    if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
-        raise PatchError(f'path "{path}": "{token}" is not a valid array index')
-    position = int(token)
+    if not token.isascii() or not token.isdigit() or (len(token) > 1 and token[0] == "0"):
+        raise PatchError(f'path "{_shown(path)}": "{_shown(token)}" is not a valid array index')
+    position = int(token) if len(token) <= 18 else length + 1
     limit = length if allow_end else length - 1
     if position > limit:
-        raise PatchError(f'path "{path}": index {position} is out of bounds')
+        raise PatchError(f'path "{_shown(path)}": index {_shown(token)} is out of bounds')
     return position
 
 
@@ -89,12 +170,12 @@ def _resolve(doc: Any, tokens: list[str], path: str) -> Any:
     for token in tokens:
         if isinstance(node, dict):
             if token not in node:
-                raise PatchError(f'path "{path}" does not exist')
+                raise PatchError(f'path "{_shown(path)}" does not exist')
             node = node[token]
         elif isinstance(node, list):
             node = node[_array_index(token, len(node), path=path, allow_end=False)]
         else:
-            raise PatchError(f'path "{path}" does not exist')
+            raise PatchError(f'path "{_shown(path)}" does not exist')
     return node
 
 
@@ -102,7 +183,7 @@ def _parent(doc: Any, path: str) -> tuple[Any, str]:
     tokens = parse_pointer(path)
     container = _resolve(doc, tokens[:-1], path)
     if not isinstance(container, dict | list):
-        raise PatchError(f'path "{path}" does not exist')
+        raise PatchError(f'path "{_shown(path)}" does not exist')
     return container, tokens[-1]
 
 
@@ -124,51 +205,70 @@ def _remove(doc: Any, path: str) -> tuple[Any, Any]:
     container, token = _parent(doc, path)
     if isinstance(container, dict):
         if token not in container:
-            raise PatchError(f'path "{path}" does not exist')
+            raise PatchError(f'path "{_shown(path)}" does not exist')
         return doc, container.pop(token)
     return doc, container.pop(_array_index(token, len(container), path=path, allow_end=False))
 
 
-def _op_add(doc: Any, operation: dict[str, Any], index: int) -> Any:
-    return _add(doc, _string(operation, "path", index), _value(operation, index))
+def _placed(path: str, value: Any, budget: _Budget, index: int, *, charge: bool) -> None:
+    """Refuse a value that would sit too deep at `path` (and charge copies to the budget)."""
+    room = budget.max_depth - len(parse_pointer(path))
+    if not charge and not isinstance(value, dict | list):
+        return
+    _measure(value, budget=budget if charge else None, depth_limit=room, max_depth=budget.max_depth,
+             where=f"json patch operation {index}")
 
 
-def _op_remove(doc: Any, operation: dict[str, Any], index: int) -> Any:
+def _op_add(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
+    path = _string(operation, "path", index)
+    value = _value(operation, index)
+    _placed(path, value, budget, index, charge=False)
+    return _add(doc, path, value)
+
+
+def _op_remove(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
     return _remove(doc, _string(operation, "path", index))[0]
 
 
-def _op_replace(doc: Any, operation: dict[str, Any], index: int) -> Any:
+def _op_replace(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
     path = _string(operation, "path", index)
     value = _value(operation, index)
+    _placed(path, value, budget, index, charge=False)
     doc, _ = _remove(doc, path) if path else (doc, None)
     return _add(doc, path, value)
 
 
-def _op_move(doc: Any, operation: dict[str, Any], index: int) -> Any:
+def _op_move(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
     source = _string(operation, "from", index)
     path = _string(operation, "path", index)
     if path.startswith(source + "/"):
-        raise PatchError(f'json patch operation {index}: cannot move "{source}" into itself')
+        raise PatchError(f'json patch operation {index}: cannot move "{_shown(source)}" into itself')
     if source == path:
         _resolve(doc, parse_pointer(source), source)  # still must exist
         return doc
+    if len(parse_pointer(path)) > len(parse_pointer(source)):
+        # Deeper than it was: measure it (a move to the same depth or above cannot nest deeper).
+        _placed(path, _resolve(doc, parse_pointer(source), source), budget, index, charge=True)
     doc, value = _remove(doc, source)
     return _add(doc, path, value)
 
 
-def _op_copy(doc: Any, operation: dict[str, Any], index: int) -> Any:
+def _op_copy(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
     source = _string(operation, "from", index)
+    path = _string(operation, "path", index)
     value = _resolve(doc, parse_pointer(source), source)
-    return _add(doc, _string(operation, "path", index), copy.deepcopy(value))
+    _placed(path, value, budget, index, charge=True)  # before the copy is made
+    return _add(doc, path, copy.deepcopy(value))
 
 
-def _op_test(doc: Any, operation: dict[str, Any], index: int) -> Any:
+def _op_test(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
     path = _string(operation, "path", index)
     expected = _value(operation, index)
     actual = _resolve(doc, parse_pointer(path), path)
     if not json_equal(actual, expected):
         raise PatchError(
-            f'json patch test operation {index} failed: "{path}" is {actual!r}, expected {expected!r}'
+            f'json patch test operation {index} failed: "{_shown(path)}" is {_shown(repr(actual))}, '
+            f"expected {_shown(repr(expected))}"
         )
     return doc
 
