@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["covers", "unknown_fields"]
+__all__ = ["covers", "shape_problem", "unknown_fields"]
 
-# A field's description: ANY (not checked below), "Name" (a struct in STRUCTS) or "[]Name" (a
-# list of them).
+# A field's description: ANY (not checked below), "Name" (a struct in STRUCTS), "[]Name" (a
+# list of them), STRINGS (a list of strings) or MAP (a map of strings).
 ANY: Final = None
+STRINGS: Final = "[]string"
+MAP: Final = "map[string]string"
 Desc = str | None
 
 
@@ -31,9 +33,9 @@ def _fields(*names: str, **typed: Desc) -> dict[str, Desc]:
 
 
 _CONTAINER = _fields(
-    "args", "command", "image", "imagePullPolicy", "name", "restartPolicy", "restartPolicyRules",
+    "image", "imagePullPolicy", "name", "restartPolicy", "restartPolicyRules",
     "stdin", "stdinOnce", "terminationMessagePath", "terminationMessagePolicy", "tty", "workingDir",
-    env="[]EnvVar", envFrom="[]EnvFromSource", lifecycle="Lifecycle", livenessProbe="Probe",
+    args=STRINGS, command=STRINGS, env="[]EnvVar", envFrom="[]EnvFromSource", lifecycle="Lifecycle", livenessProbe="Probe",
     ports="[]ContainerPort", readinessProbe="Probe", resizePolicy="[]ContainerResizePolicy",
     resources="ResourceRequirements", securityContext="SecurityContext", startupProbe="Probe",
     volumeDevices="[]VolumeDevice", volumeMounts="[]VolumeMount",
@@ -42,13 +44,14 @@ _CONTAINER = _fields(
 STRUCTS: Final[dict[str, dict[str, Desc]]] = {
     "ObjectMeta": _fields(
         "annotations", "creationTimestamp", "deletionGracePeriodSeconds", "deletionTimestamp",
-        "finalizers", "generateName", "generation", "labels", "name", "namespace", "resourceVersion",
-        "selfLink", "uid", ownerReferences="[]OwnerReference", managedFields="[]ManagedFieldsEntry",
+        "generateName", "generation", "labels", "name", "namespace", "resourceVersion",
+        "selfLink", "uid", finalizers=STRINGS, ownerReferences="[]OwnerReference",
+        managedFields="[]ManagedFieldsEntry",
     ),
     "OwnerReference": _fields("apiVersion", "blockOwnerDeletion", "controller", "kind", "name", "uid"),
     "ManagedFieldsEntry": _fields("apiVersion", "fieldsType", "fieldsV1", "manager", "operation",
                                   "subresource", "time"),
-    "LabelSelector": _fields("matchLabels", matchExpressions="[]LabelSelectorRequirement"),
+    "LabelSelector": _fields(matchLabels=MAP, matchExpressions="[]LabelSelectorRequirement"),
     "LabelSelectorRequirement": _fields("key", "operator", "values"),
     "LocalObjectReference": _fields("name"),
     # pods
@@ -56,11 +59,12 @@ STRUCTS: Final[dict[str, dict[str, Desc]]] = {
     "PodSpec": _fields(
         "activeDeadlineSeconds", "affinity", "automountServiceAccountToken", "dnsPolicy",
         "enableServiceLinks", "hostIPC", "hostNetwork", "hostPID", "hostUsers", "hostname",
-        "hostnameOverride", "nodeName", "nodeSelector", "overhead", "preemptionPolicy", "priority",
+        "hostnameOverride", "nodeName", "overhead", "preemptionPolicy", "priority",
         "priorityClassName", "resourceClaims", "restartPolicy", "runtimeClassName", "schedulerName",
         "serviceAccount", "serviceAccountName", "setHostnameAsFQDN", "shareProcessNamespace",
         "subdomain", "terminationGracePeriodSeconds", "workloadRef",
-        containers="[]Container", dnsConfig="PodDNSConfig", ephemeralContainers="[]EphemeralContainer",
+        nodeSelector=MAP, containers="[]Container", dnsConfig="PodDNSConfig",
+        ephemeralContainers="[]EphemeralContainer",
         hostAliases="[]HostAlias", imagePullSecrets="[]LocalObjectReference",
         initContainers="[]Container", os="PodOS", readinessGates="[]PodReadinessGate",
         resources="ResourceRequirements", schedulingGates="[]PodSchedulingGate",
@@ -160,11 +164,12 @@ STRUCTS: Final[dict[str, dict[str, Desc]]] = {
     "JobTemplateSpec": _fields(metadata="ObjectMeta", spec="JobSpec"),
     # services and networking
     "ServiceSpec": _fields(
-        "allocateLoadBalancerNodePorts", "clusterIP", "clusterIPs", "externalIPs", "externalName",
-        "externalTrafficPolicy", "healthCheckNodePort", "internalTrafficPolicy", "ipFamilies",
-        "ipFamilyPolicy", "loadBalancerClass", "loadBalancerIP", "loadBalancerSourceRanges",
-        "publishNotReadyAddresses", "selector", "sessionAffinity", "sessionAffinityConfig",
-        "trafficDistribution", "type", ports="[]ServicePort",
+        "allocateLoadBalancerNodePorts", "clusterIP", "externalName",
+        "externalTrafficPolicy", "healthCheckNodePort", "internalTrafficPolicy",
+        "ipFamilyPolicy", "loadBalancerClass", "loadBalancerIP",
+        "publishNotReadyAddresses", "sessionAffinity", "sessionAffinityConfig",
+        "trafficDistribution", "type", clusterIPs=STRINGS, externalIPs=STRINGS, ipFamilies=STRINGS,
+        loadBalancerSourceRanges=STRINGS, selector=MAP, ports="[]ServicePort",
     ),
     "ServicePort": _fields("appProtocol", "name", "nodePort", "port", "protocol", "targetPort"),
     "IngressSpec": _fields("defaultBackend", "ingressClassName", rules="[]IngressRule", tls="[]IngressTLS"),
@@ -173,12 +178,13 @@ STRUCTS: Final[dict[str, dict[str, Desc]]] = {
     "HTTPIngressPath": _fields("backend", "path", "pathType"),
     "IngressTLS": _fields("hosts", "secretName"),
     "NetworkPolicySpec": _fields("egress", "ingress", "policyTypes", podSelector="LabelSelector"),
-    "NamespaceSpec": _fields("finalizers"),
+    "NamespaceSpec": _fields(finalizers=STRINGS),
     # rbac
     "PolicyRule": _fields("apiGroups", "nonResourceURLs", "resourceNames", "resources", "verbs"),
     "AggregationRule": _fields(clusterRoleSelectors="[]LabelSelector"),
     "RoleRef": _fields("apiGroup", "kind", "name"),
     "Subject": _fields("apiGroup", "kind", "name", "namespace"),
+    "Object": {},  # spec and status of kinds not in KINDS: objects, fields unchecked
 }
 
 RBAC = "rbac.authorization.k8s.io"
@@ -190,8 +196,8 @@ KINDS: Final[dict[tuple[str, str], dict[str, Desc]]] = {
     ("", "PodTemplate"): _fields(template="PodTemplateSpec"),
     ("", "ReplicationController"): _fields(spec="ReplicationControllerSpec"),
     ("", "Service"): _fields(spec="ServiceSpec"),
-    ("", "ConfigMap"): _fields("binaryData", "data", "immutable"),
-    ("", "Secret"): _fields("data", "immutable", "stringData", "type"),
+    ("", "ConfigMap"): _fields("immutable", binaryData=MAP, data=MAP),
+    ("", "Secret"): _fields("immutable", "type", data=MAP, stringData=MAP),
     ("", "Namespace"): _fields(spec="NamespaceSpec"),
     ("", "ServiceAccount"): _fields("automountServiceAccountToken", "secrets",
                                     imagePullSecrets="[]LocalObjectReference"),
@@ -234,6 +240,77 @@ def unknown_fields(group: str, kind: str, obj: Any, *, has_status: bool, remove:
     return found
 
 
+def _top_fields(group: str, kind: str, has_status: bool) -> dict[str, Desc]:
+    top = KINDS.get((group, kind))
+    fields: dict[str, Desc] = {"metadata": "ObjectMeta", **(top or {})}
+    if top is None:
+        fields.update(spec="Object", status="Object")
+    elif has_status:
+        fields["status"] = "Object"
+    return fields
+
+
+def shape_problem(group: str, kind: str, version: str, obj: dict[str, Any], *, has_status: bool,
+                  custom: bool = False, drop_nulls: bool = True) -> str | None:
+    """Why a built-in object could not be decoded into its Go type (an object where a list
+    belongs, a number where a string list belongs, ...), in the words of kube-apiserver's
+    decoding error; None when it could. A null typed field is dropped, as decoding makes it
+    the zero value that the server never writes out (unless `drop_nulls` is false: `obj` may
+    share parts with a stored object). `custom`: a custom resource, whose schema types the rest."""
+    fields: Mapping[str, Desc] = {"metadata": "ObjectMeta"} if custom else _top_fields(group, kind, has_status)
+    problem = _shape(obj, fields, kind, "", drop_nulls)
+    if problem is None:
+        return None
+    return f'{kind} in version "{version}" cannot be handled as a {kind}: json: {problem}'
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _shape(obj: dict[str, Any], fields: Mapping[str, Desc], struct: str, prefix: str,
+           drop_nulls: bool) -> str | None:
+    if drop_nulls:
+        for key in [k for k, v in obj.items() if v is None and fields.get(k) is not None]:
+            del obj[key]
+    for key, value in obj.items():
+        desc = fields.get(key)
+        if desc is None or value is None:
+            continue
+        path = f"{prefix}.{key}" if prefix else key
+
+        def wrong(type_name: str, value: Any = value, path: str = path) -> str:
+            return (f"cannot unmarshal {_json_type(value)} into Go struct field {struct}.{path} "
+                    f"of type {type_name}")
+
+        if desc == STRINGS:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                return wrong("[]string")
+        elif desc == MAP:
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                return wrong("map[string]string")
+        elif desc.startswith("[]"):
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                return wrong(f"[]v1.{desc[2:]}")
+            for index, item in enumerate(value):
+                problem = _shape(item, STRUCTS[desc[2:]], struct, f"{path}[{index}]", drop_nulls)
+                if problem:
+                    return problem
+        else:
+            if not isinstance(value, dict):
+                return wrong(f"v1.{desc}")
+            problem = _shape(value, STRUCTS[desc], struct, path, drop_nulls)
+            if problem:
+                return problem
+    return None
+
+
 def _walk_struct(obj: dict[str, Any], fields: Mapping[str, Desc], prefix: str, found: list[str],
                  remove: bool, *, lenient: bool = False) -> None:
     unknown: list[str] = []
@@ -243,7 +320,7 @@ def _walk_struct(obj: dict[str, Any], fields: Mapping[str, Desc], prefix: str, f
                 unknown.append(key)
             continue
         desc = fields[key]
-        if desc is None or value is None:
+        if desc is None or value is None or desc in (STRINGS, MAP):
             continue
         path = f"{prefix}.{key}" if prefix else key
         if desc.startswith("[]"):

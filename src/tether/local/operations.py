@@ -144,9 +144,14 @@ class Operations:
 
     def _check_fields(self, rt: ResourceType, obj: Obj, opts: WriteOptions, current: Obj | None = None,
                       *, remove: bool = True) -> None:
-        """fieldValidation: find the fields the type does not have (and the body's duplicated
-        keys); refuse them (Strict), or drop them with a warning (Warn) or silently (Ignore).
-        A custom resource is pruned by its schema here, before admission and defaulting."""
+        """Decoding, as kube-apiserver decodes into the Go type: a field of the wrong JSON type is
+        a 400. Then fieldValidation: find the fields the type does not have (and the body's
+        duplicated keys); refuse them (Strict), or drop them with a warning (Warn) or silently
+        (Ignore). A custom resource is pruned by its schema here, before admission and defaulting."""
+        problem = builtin_fields.shape_problem(rt.group, rt.kind, rt.version, obj, has_status=rt.status,
+                                               custom=rt.crd, drop_nulls=remove)
+        if problem is not None:
+            raise bad_request(problem)
         unknown: list[str] = []
         if opts.field_validation:
             unknown = builtin_fields.unknown_fields(rt.group, rt.kind, obj, has_status=rt.status, remove=remove)
@@ -437,7 +442,8 @@ class Operations:
             raise bad_request("the patch did not produce an object")
         expect = None
         if isinstance(document, dict):
-            patch_rv = (document.get("metadata") or {}).get("resourceVersion")
+            patch_meta = document.get("metadata")
+            patch_rv = patch_meta.get("resourceVersion") if isinstance(patch_meta, dict) else None
             if patch_rv:
                 expect = str(patch_rv)
                 if expect != current["metadata"]["resourceVersion"]:
