@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tether.local import bodies, discovery, openapi, selectors, tables, watching
+from tether.local import bodies, discovery, offload, openapi, selectors, tables, watching
 from tether.local.errors import (
     ApiError,
     Cause,
@@ -235,13 +235,13 @@ class ApiServer:
             return self._object_response(request, rt, 200, obj)
         if method == "POST" and not target.name:
             self._require_verb(rt, "create")
-            decoded = bodies.decode(request.header("content-type"), request.body)
+            decoded = await offload.decode(request.header("content-type"), request.body)
             opts = replace(opts, duplicates=decoded.duplicates)
             obj = self.ops.create(rt, target.namespace, decoded.value, opts)
             return _warned(self._object_response(request, rt, 201, obj), opts)
         if method == "PUT" and target.name:
             self._require_verb(rt, "update")
-            decoded = bodies.decode(request.header("content-type"), request.body)
+            decoded = await offload.decode(request.header("content-type"), request.body)
             opts = replace(opts, duplicates=decoded.duplicates)
             if sub == "scale":
                 return _json(200, self._write_scale(rt, target, decoded.value, opts))
@@ -251,8 +251,11 @@ class ApiServer:
             self._require_verb(rt, "patch")
             if sub == "scale":
                 return _json(200, self._patch_scale(rt, target, request, opts))
+            applied = None
+            if request.header("content-type").split(";", 1)[0].strip().lower() == "application/apply-patch+yaml":
+                applied = await offload.decode_json_or_yaml(request.body)
             obj, created = self.ops.patch(rt, target.namespace, target.name, request.header("content-type"),
-                                          request.body, opts, subresource=sub)
+                                          request.body, opts, subresource=sub, applied=applied)
             return _warned(self._object_response(request, rt, 201 if created else 200, obj), opts)
         if method == "DELETE":
             options = self._delete_options(request)

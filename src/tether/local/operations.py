@@ -404,13 +404,15 @@ class Operations:
     # patch -------------------------------------------------------------------------------
 
     def patch(self, rt: ResourceType, namespace: str, name: str, content_type: str, body: bytes,
-              opts: WriteOptions, *, subresource: str = "") -> tuple[Obj, bool]:
-        """Returns (object, created)."""
+              opts: WriteOptions, *, subresource: str = "", applied: bodies.Decoded | None = None,
+              ) -> tuple[Obj, bool]:
+        """Returns (object, created). `applied`: an apply body the caller already decoded."""
         patch_type = content_type.split(";", 1)[0].strip().lower()
         if patch_type not in PATCH_TYPES:
             raise unsupported_media_type(patch_type, list(PATCH_TYPES))
         if patch_type == "application/apply-patch+yaml":
-            return self._apply(rt, namespace, name, body, opts, subresource=subresource)
+            return self._apply(rt, namespace, name, applied or bodies.decode_json_or_yaml(body), opts,
+                               subresource=subresource)
         decoded = bodies.decode_json(body, what="the patch")
         document = decoded.value
         if decoded.duplicates:
@@ -453,13 +455,10 @@ class Operations:
         self._place(rt, patched, namespace)
         return self._write_update(rt, current, patched, opts, subresource=subresource, expect=expect), False
 
-    def _apply(self, rt: ResourceType, namespace: str, name: str, body: bytes, opts: WriteOptions, *,
+    def _apply(self, rt: ResourceType, namespace: str, name: str, decoded: bodies.Decoded, opts: WriteOptions, *,
                subresource: str) -> tuple[Obj, bool]:
         if not opts.manager:
             raise bad_request("PATCH, application/apply-patch+yaml requires fieldManager")
-        # Clients send apply bodies as JSON (valid YAML); the YAML parser is far slower, so it
-        # only sees what JSON cannot read.
-        decoded = bodies.decode_json_or_yaml(body)
         applied = self._check_type(rt, decoded.value)
         body_name = applied["metadata"].get("name")
         if body_name and body_name != name:
