@@ -218,6 +218,24 @@ def test_yaml_alias_bomb_is_refused(apis: dict[str, Api], clusters: Any, ns: str
     other_cluster_answers(clusters)
 
 
+def test_large_yaml_bodies_decode_in_a_worker_with_the_same_limits(apis: dict[str, Api], clusters: Any,
+                                                                  ns: str) -> None:
+    api = apis[clusters.names[0]]
+    data = {f"key{i}": f"value {i}" for i in range(20_000)}
+    big = yaml.safe_dump({"metadata": {"name": "big-yaml"}, "data": data}).encode()
+    assert len(big) > 256 * 1024  # past the size decoded in-process
+    made = api.request("POST", f"/api/v1/namespaces/{ns}/configmaps", content=big, content_type="application/yaml")
+    assert made.status_code == 201, made.text[:300]
+    assert made.json()["data"]["key19999"] == "value 19999"
+    padded_bomb = b"\n".join([b"metadata: {name: padded}", b'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol"]']
+                             + [b"%s: &%s [%s]" % (c.encode(), c.encode(), b",".join([b"*" + p.encode()] * 9))
+                                for c, p in zip("bcdefg", "abcdef", strict=True)]) + b"\n#" + b" " * 300_000
+    refused = api.request("POST", f"/api/v1/namespaces/{ns}/configmaps", content=padded_bomb,
+                          content_type="application/yaml")
+    assert refused.status_code == 400 and "aliases expand" in refused.json()["message"]
+    other_cluster_answers(clusters)
+
+
 def test_request_body_over_3_mib_gets_413(clusters: Any, ns: str) -> None:
     big = configmap("huge-body", ns, data={"a": "x" * (3 * 1024 * 1024 + 10)})
     refused = kubectl_in(clusters, big, "create")

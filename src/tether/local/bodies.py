@@ -167,13 +167,27 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
     def construct_yaml_map(self, node: Any) -> Any:
         data: dict[Any, Any] = {}
         yield data
-        own = [k.value for k in node.value
+        own = [k.value for k, _ in node.value
                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge"]
         data.update(self.construct_mapping(node))
         if len(set(own)) != len(own):
             seen: set[str] = set()
             again = sorted({k for k in own if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
             self.duplicated.append((data, again))
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[str, Any]:
+        # Keys become JSON's strings as they are read: `1` and `true` are two keys, not one.
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, "found an unhashable key",
+                    key_node.start_mark)
+            mapping[_key(key, "the body of the request")] = self.construct_object(value_node, deep=deep)
+        return mapping
 
     def construct_undefined(self, node: Any) -> Any:
         raise yaml.constructor.ConstructorError(
