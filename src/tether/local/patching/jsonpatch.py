@@ -6,8 +6,8 @@ so the caller's document is never half-patched.
 Bounded as kube-apiserver bounds it: at most MAX_JSON_PATCH_OPERATIONS operations, and `copy`
 operations together may duplicate at most MAX_JSON_PATCH_COPY_BYTES (a 1 KB patch of copies that
 each double the document would otherwise build gigabytes before any size check could run). The
-same budget pays for measuring subtrees that `move` puts deeper, and no operation may nest the
-document deeper than MAX_NESTING_DEPTH. Each check runs before the operation builds anything.
+copy is charged as it is made and stops the moment the budget runs out, and no operation may nest
+the document deeper than MAX_NESTING_DEPTH.
 """
 
 from __future__ import annotations
@@ -107,34 +107,53 @@ def parse_pointer(pointer: Any) -> list[str]:
     return [token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/")]
 
 
-def _measure(value: Any, *, budget: _Budget | None, depth_limit: int, max_depth: int, where: str) -> None:
-    """Check that `value` nests at most `depth_limit` containers; with a budget, also charge
-    its size (roughly its JSON length) to the copy budget. Stops as soon as either is exceeded."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth > depth_limit:
-                raise PatchError(f"{where} would nest the object more than {max_depth} levels deep")
-            cost = 2
-            if isinstance(node, dict):
-                for key, child in node.items():
-                    cost += len(key) + 3
-                    stack.append((child, depth + 1))
-            else:
-                cost += len(node)
-                stack.extend((child, depth + 1) for child in node)
-        elif isinstance(node, str):
-            cost = len(node) + 2
-        else:
-            cost = 5
-        if budget is not None:
-            budget.copy_bytes -= cost
-            if budget.copy_bytes < 0:
-                raise PatchTooLarge(
-                    f"{where}: the JSON patch copies more than {MAX_JSON_PATCH_COPY_BYTES} bytes "
-                    "in total (the accumulated copy size limit)"
-                )
+# What one node of a copied value costs against the copy budget besides its text: copying many
+# tiny values costs Python far more per byte than copying one long string.
+_NODE_COST = 16
+
+
+def _copy_within(value: Any, budget: _Budget, room: int, where: str, *, build: bool = True) -> Any:
+    """A deep copy of `value` (or, without `build`, just the walk a copy would take), charged to
+    the copy budget as it goes, refused as soon as the budget runs out or the value would nest
+    deeper than `room` more levels."""
+    if isinstance(value, dict):
+        if room <= 0:
+            raise _too_deep(budget, where)
+        budget.copy_bytes -= _NODE_COST + sum(len(k) for k in value)
+        _check_budget(budget, where)
+        items = {k: _copy_within(v, budget, room - 1, where, build=build) for k, v in value.items()}
+        return items if build else None
+    if isinstance(value, list):
+        if room <= 0:
+            raise _too_deep(budget, where)
+        budget.copy_bytes -= _NODE_COST + len(value)
+        _check_budget(budget, where)
+        elements = [_copy_within(v, budget, room - 1, where, build=build) for v in value]
+        return elements if build else None
+    budget.copy_bytes -= _NODE_COST + (len(value) if isinstance(value, str) else 0)
+    _check_budget(budget, where)
+    return value  # JSON scalars are immutable
+
+
+def _depth_within(value: Any, room: int) -> bool:
+    """Whether `value` nests at most `room` containers deep (stops at the first that does not)."""
+    if isinstance(value, dict):
+        return room > 0 and all(_depth_within(v, room - 1) for v in value.values())
+    if isinstance(value, list):
+        return room > 0 and all(_depth_within(v, room - 1) for v in value)
+    return True
+
+
+def _check_budget(budget: _Budget, where: str) -> None:
+    if budget.copy_bytes < 0:
+        raise PatchTooLarge(
+            f"{where}: the JSON patch copies (or moves deeper) more than {MAX_JSON_PATCH_COPY_BYTES} "
+            "bytes in total (the accumulated copy size limit)"
+        )
+
+
+def _too_deep(budget: _Budget, where: str) -> PatchError:
+    return PatchError(f"{where} would nest the object more than {budget.max_depth} levels deep")
 
 
 def _string(operation: dict[str, Any], member: str, index: int) -> str:
@@ -210,19 +229,16 @@ def _remove(doc: Any, path: str) -> tuple[Any, Any]:
     return doc, container.pop(_array_index(token, len(container), path=path, allow_end=False))
 
 
-def _placed(path: str, value: Any, budget: _Budget, index: int, *, charge: bool) -> None:
-    """Refuse a value that would sit too deep at `path` (and charge copies to the budget)."""
-    room = budget.max_depth - len(parse_pointer(path))
-    if not charge and not isinstance(value, dict | list):
-        return
-    _measure(value, budget=budget if charge else None, depth_limit=room, max_depth=budget.max_depth,
-             where=f"json patch operation {index}")
+def _room(path: str, budget: _Budget) -> int:
+    """How many levels a value placed at `path` may nest: its parents take the rest."""
+    return budget.max_depth - len(parse_pointer(path))
 
 
 def _op_add(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
     path = _string(operation, "path", index)
     value = _value(operation, index)
-    _placed(path, value, budget, index, charge=False)
+    if not _depth_within(value, _room(path, budget)):
+        raise _too_deep(budget, f"json patch operation {index}")
     return _add(doc, path, value)
 
 
@@ -233,7 +249,8 @@ def _op_remove(doc: Any, operation: dict[str, Any], index: int, budget: _Budget)
 def _op_replace(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
     path = _string(operation, "path", index)
     value = _value(operation, index)
-    _placed(path, value, budget, index, charge=False)
+    if not _depth_within(value, _room(path, budget)):
+        raise _too_deep(budget, f"json patch operation {index}")
     doc, _ = _remove(doc, path) if path else (doc, None)
     return _add(doc, path, value)
 
@@ -247,8 +264,10 @@ def _op_move(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -
         _resolve(doc, parse_pointer(source), source)  # still must exist
         return doc
     if len(parse_pointer(path)) > len(parse_pointer(source)):
-        # Deeper than it was: measure it (a move to the same depth or above cannot nest deeper).
-        _placed(path, _resolve(doc, parse_pointer(source), source), budget, index, charge=True)
+        # Deeper than it was (a move to the same depth or above cannot nest deeper): measured.
+        # The walk is charged like a copy: moving a large subtree deeper over and over is work.
+        moved = _resolve(doc, parse_pointer(source), source)
+        _copy_within(moved, budget, _room(path, budget), f"json patch operation {index}", build=False)
     doc, value = _remove(doc, source)
     return _add(doc, path, value)
 
@@ -257,8 +276,7 @@ def _op_copy(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -
     source = _string(operation, "from", index)
     path = _string(operation, "path", index)
     value = _resolve(doc, parse_pointer(source), source)
-    _placed(path, value, budget, index, charge=True)  # before the copy is made
-    return _add(doc, path, copy.deepcopy(value))
+    return _add(doc, path, _copy_within(value, budget, _room(path, budget), f"json patch operation {index}"))
 
 
 def _op_test(doc: Any, operation: dict[str, Any], index: int, budget: _Budget) -> Any:
