@@ -224,7 +224,7 @@ OBJECT_FIELDS = st.fixed_dictionaries(
                                                                                 max_size=3) | JSON,
                                                  "resourceVersion": st.sampled_from(["", "1", "x"])})},
     optional={"spec": SPECS, "data": st.dictionaries(st.text(max_size=5), st.text(max_size=8), max_size=3) | JSON,
-              "status": JSON, "x": JSON})
+              "stringData": JSON, "status": JSON, "x": JSON})
 PATCH_TYPES = st.sampled_from(["application/json-patch+json", "application/merge-patch+json",
                                "application/strategic-merge-patch+json", "application/apply-patch+yaml",
                                "text/plain"])
@@ -248,9 +248,11 @@ def ops(tmp_path: Path) -> Iterator[Operations]:
 def test_write_paths_answer_only_4xx(ops: Operations) -> None:
     count = Counter()
     types = [ops.registry.lookup(*key) for key in
-             [("", "v1", "configmaps"), ("apps", "v1", "deployments"), ("fuzz.tether-test.io", "v1", "things")]]
+             [("", "v1", "configmaps"), ("", "v1", "secrets"), ("", "v1", "services"), ("", "v1", "pods"),
+              ("apps", "v1", "deployments"), ("fuzz.tether-test.io", "v1", "things")]]
     template = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
-    bases = {"ConfigMap": {"data": {"a": "1"}},
+    bases = {"ConfigMap": {"data": {"a": "1"}}, "Secret": {"stringData": {"a": "1"}},
+             "Service": {"spec": {"ports": [{"port": 80}]}}, "Pod": {"spec": template["spec"]},
              "Deployment": {"spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template}},
              "Thing": {"spec": {"word": "aaa", "items": ["a"]}}}
 
@@ -361,6 +363,9 @@ PATHS = st.sampled_from([
     ("PATCH", "/apis/apps/v1/namespaces/default/deployments/fuzz"),
     ("PATCH", "/apis/apps/v1/namespaces/default/deployments/fuzz/scale"),
     ("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
+    ("POST", "/api/v1/namespaces/default/services"),
+    ("POST", "/api/v1/namespaces/default/secrets"),
+    ("PUT", "/api/v1/namespaces/default/secrets/fuzz"),
     ("DELETE", "/api/v1/namespaces/default/configmaps/fuzz"),
 ])
 CONTENT_TYPES = st.sampled_from(["application/json", "application/yaml", "application/vnd.kubernetes.protobuf",

@@ -196,8 +196,9 @@ KINDS: Final[dict[tuple[str, str], dict[str, Desc]]] = {
     ("", "PodTemplate"): _fields(template="PodTemplateSpec"),
     ("", "ReplicationController"): _fields(spec="ReplicationControllerSpec"),
     ("", "Service"): _fields(spec="ServiceSpec"),
-    ("", "ConfigMap"): _fields("immutable", binaryData=MAP, data=MAP),
-    ("", "Secret"): _fields("immutable", "type", data=MAP, stringData=MAP),
+    # data: the kind's own validation names the bad key (`422 ... data[a]`).
+    ("", "ConfigMap"): _fields("binaryData", "data", "immutable"),
+    ("", "Secret"): _fields("data", "immutable", "stringData", "type"),
     ("", "Namespace"): _fields(spec="NamespaceSpec"),
     ("", "ServiceAccount"): _fields("automountServiceAccountToken", "secrets",
                                     imagePullSecrets="[]LocalObjectReference"),

@@ -415,7 +415,7 @@ class Operations:
                                subresource=subresource)
         decoded = bodies.decode_json(body, what="the patch")
         document = decoded.value
-        if decoded.duplicates:
+        if decoded.duplicates and patch_type != "application/json-patch+json":  # ops are not fields
             opts = replace(opts, duplicates=decoded.duplicates)
         current = self.get(rt, namespace, name)
         try:
