@@ -277,39 +277,43 @@ def _json_type(value: Any) -> str:
 
 def _shape(obj: dict[str, Any], fields: Mapping[str, Desc], struct: str, prefix: str,
            drop_nulls: bool) -> str | None:
-    if drop_nulls:
+    if drop_nulls and None in obj.values():
         for key in [k for k, v in obj.items() if v is None and fields.get(k) is not None]:
             del obj[key]
     for key, value in obj.items():
         desc = fields.get(key)
         if desc is None or value is None:
             continue
-        path = f"{prefix}.{key}" if prefix else key
-
-        def wrong(type_name: str, value: Any = value, path: str = path) -> str:
-            return (f"cannot unmarshal {_json_type(value)} into Go struct field {struct}.{path} "
-                    f"of type {type_name}")
-
         if desc == STRINGS:
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                return wrong("[]string")
+            if type(value) is not list or not all(type(v) is str for v in value):
+                return _wrong(value, struct, prefix, key, "[]string")
         elif desc == MAP:
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                return wrong("map[string]string")
+            if type(value) is not dict or not all(type(v) is str for v in value.values()):
+                return _wrong(value, struct, prefix, key, "map[string]string")
         elif desc.startswith("[]"):
-            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-                return wrong(f"[]v1.{desc[2:]}")
+            if type(value) is not list or not all(type(v) is dict for v in value):
+                return _wrong(value, struct, prefix, key, f"[]v1.{desc[2:]}")
+            item_fields = STRUCTS[desc[2:]]
             for index, item in enumerate(value):
-                problem = _shape(item, STRUCTS[desc[2:]], struct, f"{path}[{index}]", drop_nulls)
+                problem = _shape(item, item_fields, struct, f"{_join(prefix, key)}[{index}]", drop_nulls)
                 if problem:
                     return problem
-        else:
-            if not isinstance(value, dict):
-                return wrong(f"v1.{desc}")
-            problem = _shape(value, STRUCTS[desc], struct, path, drop_nulls)
+        elif type(value) is not dict:
+            return _wrong(value, struct, prefix, key, f"v1.{desc}")
+        elif value:
+            problem = _shape(value, STRUCTS[desc], struct, _join(prefix, key), drop_nulls)
             if problem:
                 return problem
     return None
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _wrong(value: Any, struct: str, prefix: str, key: str, type_name: str) -> str:
+    return (f"cannot unmarshal {_json_type(value)} into Go struct field {struct}.{_join(prefix, key)} "
+            f"of type {type_name}")
 
 
 def _walk_struct(obj: dict[str, Any], fields: Mapping[str, Desc], prefix: str, found: list[str],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+import functools
 import re
 import secrets
 import time
@@ -91,8 +92,14 @@ _SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alp
                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 
 
-def qualified_name_problems(key: str) -> list[str]:
-    """kube-apiserver's IsQualifiedName, with its messages."""
+@functools.lru_cache(maxsize=4096)
+def qualified_name_problems(key: str) -> tuple[str, ...]:
+    """kube-apiserver's IsQualifiedName, with its messages (cached: the same keys come back on
+    every write)."""
+    return tuple(_qualified_name_problems(key))
+
+
+def _qualified_name_problems(key: str) -> list[str]:
     parts = key.split("/")
     if len(parts) == 1:
         name = parts[0]
@@ -119,7 +126,12 @@ def qualified_name_problems(key: str) -> list[str]:
     return problems
 
 
-def label_value_problems(value: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def label_value_problems(value: str) -> tuple[str, ...]:
+    return tuple(_label_value_problems(value))
+
+
+def _label_value_problems(value: str) -> list[str]:
     problems = []
     if len(value) > 63:
         problems.append("must be no more than 63 characters")
@@ -142,17 +154,20 @@ def metadata_causes(meta: Obj) -> list[Cause]:
     labels = meta.get("labels")
     if isinstance(labels, dict):
         for key, value in labels.items():
-            causes += [Cause("FieldValueInvalid", f"Invalid value: {_quoted(key)}: {p}", "metadata.labels")
-                       for p in qualified_name_problems(key)]
+            for problem in qualified_name_problems(key):
+                causes.append(Cause("FieldValueInvalid", f"Invalid value: {_quoted(key)}: {problem}",
+                                    "metadata.labels"))
             if isinstance(value, str):
-                causes += [Cause("FieldValueInvalid", f"Invalid value: {_quoted(value)}: {p}", "metadata.labels")
-                           for p in label_value_problems(value)]
+                for problem in label_value_problems(value):
+                    causes.append(Cause("FieldValueInvalid", f"Invalid value: {_quoted(value)}: {problem}",
+                                        "metadata.labels"))
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
         total = 0
         for key, value in annotations.items():
-            causes += [Cause("FieldValueInvalid", f"Invalid value: {_quoted(key)}: {p}", "metadata.annotations")
-                       for p in qualified_name_problems(key.lower())]
+            for problem in qualified_name_problems(key.lower()):
+                causes.append(Cause("FieldValueInvalid", f"Invalid value: {_quoted(key)}: {problem}",
+                                    "metadata.annotations"))
             total += len(key) + (len(value) if isinstance(value, str) else 0)
         if total > MAX_ANNOTATIONS_BYTES:
             causes.append(Cause("FieldValueTooLong", f"Too long: may not be more than {MAX_ANNOTATIONS_BYTES} bytes",
