@@ -61,6 +61,7 @@ class WriteOptions:
     force: bool = False  # server-side apply
     user: str = "tether-admin"
     duplicates: tuple[str, ...] = ()  # keys the request body gave twice
+    fields_checked: bool = False  # server-side apply checked (and pruned) what it merged
     warnings: list[str] = field(default_factory=list)  # for the answer's Warning headers
 
     @property
@@ -148,6 +149,8 @@ class Operations:
         a 400. Then fieldValidation: find the fields the type does not have (and the body's
         duplicated keys); refuse them (Strict), or drop them with a warning (Warn) or silently
         (Ignore). A custom resource is pruned by its schema here, before admission and defaulting."""
+        if opts.fields_checked:
+            return
         problem = builtin_fields.shape_problem(rt.group, rt.kind, rt.version, obj, has_status=rt.status,
                                                custom=rt.crd, drop_nulls=remove)
         if problem is not None:
@@ -471,8 +474,6 @@ class Operations:
             # The applied configuration is what the request sent: its unknown fields are the
             # request's, and they must not reach the field managers' sets either.
             self._check_fields(rt, applied, replace(opts, duplicates=decoded.duplicates), current)
-        # Checked above: what the merge below keeps of the live object was checked when written.
-        checked = "Ignore" if opts.field_validation else ""
         if subresource == "status":
             # An apply to /status sets status fields (merged into the live status); the main
             # resource's apply ignores status, so this cannot go through server_side_apply.
@@ -481,6 +482,8 @@ class Operations:
             merged = copy.deepcopy(current)
             merged["status"] = patching.apply_merge_patch(current.get("status") or {}, applied.get("status") or {})
             return self._write_update(rt, current, merged, opts, subresource="status"), False
+        # What the merge keeps of the live object was checked when it was written, and the
+        # applied configuration above: the result needs no second check (nor a second prune).
         now = objects.now_rfc3339()
         try:
             result = patching.server_side_apply(
@@ -496,10 +499,12 @@ class Operations:
         if current is None:
             result["metadata"].pop("resourceVersion", None)
             managed = result["metadata"].get("managedFields")
-            plain = WriteOptions(dry_run=opts.dry_run, field_validation=checked)
+            plain = WriteOptions(dry_run=opts.dry_run, field_validation=opts.field_validation,
+                                 fields_checked=True)
             return self.create(rt, namespace, result, plain, managed_fields=managed), True
         result["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        no_manager = WriteOptions(dry_run=opts.dry_run, field_validation=checked)
+        no_manager = WriteOptions(dry_run=opts.dry_run, field_validation=opts.field_validation,
+                                  fields_checked=True)
         return self._write_update(rt, current, result, no_manager, subresource=subresource), False
 
     # delete ------------------------------------------------------------------------------
