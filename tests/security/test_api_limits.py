@@ -218,7 +218,27 @@ def test_yaml_alias_bomb_is_refused(apis: dict[str, Api], clusters: Any, ns: str
     other_cluster_answers(clusters)
 
 
-def test_large_yaml_bodies_decode_in_a_worker_with_the_same_limits(apis: dict[str, Api], clusters: Any,
+def _pb_field(number: int, payload: bytes) -> bytes:
+    def varint(value: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+            value >>= 7
+            if not value:
+                return bytes(out)
+
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def protobuf_configmap(name: str, data: dict[str, str]) -> bytes:
+    """A ConfigMap as kubectl's protobuf encoding: the k8s envelope, ObjectMeta{1: name},
+    data as map entries {1: key, 2: value} in field 2."""
+    raw = _pb_field(1, _pb_field(1, name.encode()))
+    raw += b"".join(_pb_field(2, _pb_field(1, k.encode()) + _pb_field(2, v.encode())) for k, v in data.items())
+    return b"k8s\x00" + _pb_field(1, _pb_field(1, b"v1") + _pb_field(2, b"ConfigMap")) + _pb_field(2, raw)
+
+
+def test_large_yaml_and_protobuf_bodies_decode_in_a_worker_with_the_same_limits(apis: dict[str, Api], clusters: Any,
                                                                   ns: str) -> None:
     api = apis[clusters.names[0]]
     data = {f"key{i}": f"value {i}" for i in range(20_000)}
@@ -233,6 +253,12 @@ def test_large_yaml_bodies_decode_in_a_worker_with_the_same_limits(apis: dict[st
     refused = api.request("POST", f"/api/v1/namespaces/{ns}/configmaps", content=padded_bomb,
                           content_type="application/yaml")
     assert refused.status_code == 400 and "aliases expand" in refused.json()["message"]
+    big_protobuf = protobuf_configmap("big-protobuf", data)
+    assert len(big_protobuf) > 256 * 1024
+    made = api.request("POST", f"/api/v1/namespaces/{ns}/configmaps", content=big_protobuf,
+                       content_type="application/vnd.kubernetes.protobuf")
+    assert made.status_code == 201, made.text[:300]
+    assert len(made.json()["data"]) == 20_000
     other_cluster_answers(clusters)
 
 

@@ -1,10 +1,10 @@
-"""Large YAML bodies are decoded in a worker process, off the event loop.
+"""Large YAML and protobuf bodies are decoded in a worker process, off the event loop.
 
-Every cluster of a daemon shares one event loop, and PyYAML builds objects in Python at a
-megabyte or two per second: one 3 MiB YAML body would stall every cluster for seconds. Decoding
-is pure (bytes in, plain object out), so a worker process does it while the loop serves others.
-Small bodies (kubectl and the clients send JSON anyway) stay in-process, where the round trip
-would cost more than the decoding.
+Every cluster of a daemon shares one event loop, and both decoders build objects in Python at a
+megabyte or two per second: one 3 MiB body would stall every cluster for seconds (JSON is parsed
+in C, fast enough to stay). Decoding is pure (bytes in, plain object out), so a worker process
+does it while the loop serves others. Small bodies (kubectl's protobuf bodies are a few hundred
+bytes) stay in-process, where the round trip would cost more than the decoding.
 
 The worker is `python -m tether.local.offload`, one per event loop, started on first use, fed one
 body at a time over its stdin and answering on its stdout (length-prefixed pickles: both ends
@@ -24,9 +24,9 @@ from typing import Any, BinaryIO
 from tether.local import bodies
 from tether.local.errors import ApiError
 
-__all__ = ["DECODE_TIMEOUT_S", "OFFLOAD_YAML_BYTES", "decode", "decode_json_or_yaml"]
+__all__ = ["DECODE_TIMEOUT_S", "OFFLOAD_BYTES", "decode", "decode_json_or_yaml"]
 
-OFFLOAD_YAML_BYTES = 128 * 1024
+OFFLOAD_BYTES = 128 * 1024
 DECODE_TIMEOUT_S = 60.0
 _LENGTH = 8
 
@@ -57,7 +57,7 @@ class _Worker:
                     return await self._exchange(content_type, body)
             except (OSError, EOFError, asyncio.IncompleteReadError, pickle.PickleError, TimeoutError):
                 self._kill()
-                return ("error", 400, "BadRequest", "the body of the request could not be decoded as YAML")
+                return ("error", 400, "BadRequest", "the body of the request could not be decoded")
 
     async def _exchange(self, content_type: str, body: bytes) -> tuple[Any, ...]:
         proc = self._proc
@@ -83,8 +83,9 @@ class _Worker:
 _workers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Worker] = weakref.WeakKeyDictionary()
 
 
-def _is_yaml(content_type: str) -> bool:
-    return content_type.split(";", 1)[0].strip().lower() in bodies.YAML_TYPES
+def _decoded_in_python(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media in bodies.YAML_TYPES or media == bodies.PROTOBUF_TYPE
 
 
 async def _offloaded(content_type: str, body: bytes) -> bodies.Decoded:
@@ -99,15 +100,15 @@ async def _offloaded(content_type: str, body: bytes) -> bodies.Decoded:
 
 
 async def decode(content_type: str, body: bytes) -> bodies.Decoded:
-    """`bodies.decode`, with large YAML bodies decoded in the worker process."""
-    if len(body) > OFFLOAD_YAML_BYTES and _is_yaml(content_type):
+    """`bodies.decode`, with large YAML and protobuf bodies decoded in the worker process."""
+    if len(body) > OFFLOAD_BYTES and _decoded_in_python(content_type):
         return await _offloaded(content_type, body)
     return bodies.decode(content_type, body)
 
 
 async def decode_json_or_yaml(body: bytes) -> bodies.Decoded:
     """`bodies.decode_json_or_yaml` (apply bodies): JSON in-process, large YAML in the worker."""
-    if len(body) > OFFLOAD_YAML_BYTES:
+    if len(body) > OFFLOAD_BYTES:
         try:
             return bodies.decode_json(body, what="")
         except ApiError as exc:
