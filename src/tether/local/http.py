@@ -25,6 +25,11 @@ MAX_BODY_BYTES = 3 * 1024 * 1024
 IDLE_TIMEOUT_S = 120.0
 SWEEP_INTERVAL_S = 1.0  # idle timeouts end up to this late (see _Deadlines)
 MAX_CONNECTIONS = 4096
+# After refusing a request whose body is still arriving, read (and drop) what the client sends for
+# this long / this much before closing: closing with unread data resets the connection, and the
+# client may lose the answer it has not read yet (Go's server lingers the same way).
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 1024 * 1024
 
 
 class BodyTooLarge(Exception):
@@ -144,6 +149,23 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
         body += await reader.readexactly(size)
         if await reader.readexactly(2) != b"\r\n":
             raise BadHttpRequest("chunk data not followed by CRLF")
+
+
+async def _linger(reader: asyncio.StreamReader) -> None:
+    """Drain the rest of a refused request, bounded in time and bytes, before the close."""
+    deadline = time.monotonic() + LINGER_S
+    left = LINGER_BYTES
+    while left > 0:
+        wait = deadline - time.monotonic()
+        if wait <= 0:
+            return
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), wait)
+        except (TimeoutError, ConnectionError, ssl.SSLError):
+            return
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 def _parse_head(raw: bytes) -> tuple[str, str, dict[str, str], str]:
@@ -292,6 +314,7 @@ class HttpServer:
                 raw = await reader.readuntil(b"\r\n\r\n")
             except asyncio.LimitOverrunError:
                 await self._simple(writer, 431, b"request header too large")
+                await _linger(reader)
                 return
             except asyncio.IncompleteReadError:
                 return
@@ -307,12 +330,15 @@ class HttpServer:
                 body = await self._read_body(reader, headers)
             except BodyTooLarge:
                 await self._send(writer, await self._handler_error(413), keep_alive=False)
+                await _linger(reader)
                 return
             except BadHttpRequest as exc:
                 await self._simple(writer, 400, str(exc).encode())
+                await _linger(reader)
                 return
             except UnsupportedTransferEncoding:
                 await self._simple(writer, 501, b"unsupported transfer encoding")
+                await _linger(reader)
                 return
             finally:
                 due.pop(task, None)
