@@ -12,12 +12,26 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tether.local import deletion, discovery, encoding, openapi, tables, watching
-from tether.local.errors import ApiError, bad_request, expired, method_not_allowed, path_not_found
-from tether.local.operations import Operations, WriteOptions, decode_body, groups_of
+from tether.local import bodies, deletion, discovery, encoding, offload, openapi, tables, watching
+from tether.local.errors import (
+    ApiError,
+    Cause,
+    bad_request,
+    expired,
+    invalid,
+    method_not_allowed,
+    path_not_found,
+)
+from tether.local.operations import (
+    FIELD_VALIDATION,
+    Operations,
+    WriteOptions,
+    decode_body,
+    groups_of,
+)
 from tether.local.rbac import reviews
 from tether.local.rbac.authorizer import UserInfo
 from tether.local.rbac.enforcer import (
@@ -259,25 +273,30 @@ class ApiServer:
             return self._object_response(request, rt, 200, obj)
         if method == "POST" and not target.name:
             self._require_verb(rt, "create")
-            body = decode_body(request.header("content-type"), request.body)
+            decoded = await offload.decode(request.header("content-type"), request.body)
             if (rt.group, rt.kind) in reviews.KINDS:
-                return _json(201, self._review(rt, body, user, target.namespace))
-            obj = self.ops.create(rt, target.namespace, body, opts)
-            return self._object_response(request, rt, 201, obj)
+                return _json(201, self._review(rt, decoded.value, user, target.namespace))
+            opts = replace(opts, duplicates=decoded.duplicates)
+            obj = self.ops.create(rt, target.namespace, decoded.value, opts)
+            return _warned(self._object_response(request, rt, 201, obj), opts)
         if method == "PUT" and target.name:
             self._require_verb(rt, "update")
-            body = decode_body(request.header("content-type"), request.body)
+            decoded = await offload.decode(request.header("content-type"), request.body)
+            opts = replace(opts, duplicates=decoded.duplicates)
             if sub == "scale":
-                return _json(200, self._write_scale(rt, target, body, opts))
-            obj = self.ops.update(rt, target.namespace, target.name, body, opts, subresource=sub)
-            return self._object_response(request, rt, 200, obj)
+                return _json(200, self._write_scale(rt, target, decoded.value, opts))
+            obj = self.ops.update(rt, target.namespace, target.name, decoded.value, opts, subresource=sub)
+            return _warned(self._object_response(request, rt, 200, obj), opts)
         if method == "PATCH" and target.name:
             self._require_verb(rt, "patch")
             if sub == "scale":
                 return _json(200, self._patch_scale(rt, target, request, opts))
+            applied = None
+            if request.header("content-type").split(";", 1)[0].strip().lower() == "application/apply-patch+yaml":
+                applied = await offload.decode_json_or_yaml(request.body)
             obj, created = self.ops.patch(rt, target.namespace, target.name, request.header("content-type"),
-                                          request.body, opts, subresource=sub)
-            return self._object_response(request, rt, 201 if created else 200, obj)
+                                          request.body, opts, subresource=sub, applied=applied)
+            return _warned(self._object_response(request, rt, 201 if created else 200, obj), opts)
         if method == "DELETE":
             options = self._delete_options(request)
             if not target.name:
@@ -308,10 +327,20 @@ class ApiServer:
         manager = request.param("fieldManager")
         if not manager and request.method in ("POST", "PUT", "PATCH"):
             manager = request.header("user-agent").split("/", 1)[0][:128]
+        validation = ""
+        if request.method in ("POST", "PUT", "PATCH"):
+            validation = request.param("fieldValidation") or "Warn"  # kube-apiserver's default
+            if validation not in FIELD_VALIDATION:
+                kind = {"POST": "CreateOptions", "PUT": "UpdateOptions"}.get(request.method, "PatchOptions")
+                supported = ", ".join(f'"{v}"' for v in ("", *sorted(FIELD_VALIDATION)))
+                cause = Cause("FieldValueNotSupported",
+                              f"Unsupported value: {json.dumps(validation)}: supported values: {supported}",
+                              "fieldValidation")
+                raise invalid(kind, "", [cause], "meta.k8s.io")
         return WriteOptions(
             manager=manager,
             dry_run=bool(dry_run),
-            strict=request.param("fieldValidation") == "Strict",
+            field_validation=validation,
             force=_flag(request, "force"),
             user=user.name,
         )
@@ -564,8 +593,8 @@ class ApiServer:
 
         current = self._scale_of(rt, self.ops.get(rt, target.namespace, target.name))
         ctype = request.header("content-type").split(";")[0].strip()
+        document = bodies.decode_json(request.body, what="the patch").value
         try:
-            document = json.loads(request.body or b"null")
             if ctype == "application/json-patch+json":
                 patched = patching.apply_json_patch(current, document)
             else:
@@ -578,6 +607,14 @@ class ApiServer:
 def _unauthorized() -> Response:
     return _json(401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                        "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
+
+
+def _warned(response: Response, opts: WriteOptions) -> Response:
+    """The request's warnings (fieldValidation=Warn) as RFC 7234 Warning headers, as kubectl
+    prints them ("Warning: unknown field ...")."""
+    for text in opts.warnings:
+        response.headers.append(("Warning", "299 - " + json.dumps(text)))
+    return response
 
 
 def _flag(request: Request, name: str) -> bool:

@@ -103,5 +103,9 @@ def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
     return ApiError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - accepted media types include: {", ".join(accepted)}' if not content_type else f'{content_type} is unsupported - accepted media types include: {", ".join(accepted)}')
 
 
+def too_large(message: str) -> ApiError:
+    return ApiError(413, "RequestEntityTooLarge", message)
+
+
 def expired(message: str) -> ApiError:
     return ApiError(410, "Expired", message)

@@ -142,7 +142,12 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         obj.setdefault("type", "Opaque")
         string_data = obj.pop("stringData", None)
         if isinstance(string_data, dict):
-            data = obj.setdefault("data", {})
+            if obj.get("data") is None:
+                obj["data"] = {}
+            data = obj["data"]
+            if not isinstance(data, dict):
+                obj["stringData"] = string_data  # left for validation to name
+                return
             for key, value in string_data.items():
                 data[key] = base64.b64encode(str(value).encode()).decode()
     elif group == "" and kind == "PersistentVolumeClaim":

@@ -165,6 +165,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", namespaced=False, verbs=CREATE_ONLY),
 )
 
+BUILTIN_RESOURCES: frozenset[tuple[str, str]] = frozenset((rt.group, rt.plural) for rt in BUILTIN_TYPES)
+
 # Each built-in group's APIService priorities, as kube-apiserver registers them:
 # group -> (groupPriorityMinimum, versionPriority). Discovery lists groups by priority, highest
 # first, then by name; custom resources' groups come at 1000 (their versions at 100).
@@ -212,6 +214,10 @@ class Registry:
             registry._types[(rt.group, rt.version, rt.plural)] = rt
         return registry
 
+    def is_builtin(self, group: str, plural: str) -> bool:
+        """Whether `plural.group` is served by the server itself (never by a CRD)."""
+        return (group, plural) in BUILTIN_RESOURCES
+
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._types.get((group, version, plural))
 
@@ -258,6 +264,8 @@ class Registry:
 
     def set_crd_types(self, crd_name: str, types: list[ResourceType]) -> None:
         self.remove_crd_types(crd_name)
+        # A CRD stored before creation refused built-in names must still not replace them.
+        types = [rt for rt in types if not self.is_builtin(rt.group, rt.plural)]
         for rt in types:
             self._types[(rt.group, rt.version, rt.plural)] = rt
         self._crd_owner[crd_name] = [(rt.group, rt.version, rt.plural) for rt in types]

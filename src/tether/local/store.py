@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.local.limits import MAX_OBJECT_BYTES
 from tether.objects import Obj
 
 WATCH_QUEUE_LIMIT = 10_000
@@ -37,6 +38,15 @@ class KeyMissing(StoreError):
 
 class RevisionMismatch(StoreError):
     pass
+
+
+class ObjectTooLarge(StoreError):
+    """The object's JSON is larger than the store keeps (etcd's request limit, 1.5 MiB)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the object is {size} bytes as JSON; the limit is {limit}")
+        self.size = size
+        self.limit = limit
 
 
 class Compacted(StoreError):
@@ -139,6 +149,7 @@ class Store:
             """
         )
         self.compact_keep = compact_keep
+        self.max_object_bytes = MAX_OBJECT_BYTES
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._watchers: set[Watcher] = set()
         self._listeners: list[tuple[frozenset[str], Callable[[Event], None]]] = []
@@ -198,6 +209,8 @@ class Store:
         rv = self.revision + 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
         text = _encode(obj, self.sort_keys(resource))
+        if len(text) > self.max_object_bytes and event_type != "DELETED":
+            raise ObjectTooLarge(len(text), self.max_object_bytes)
         self._db.execute(
             "INSERT INTO log (rv, resource, namespace, name, type, obj, prev_rv) VALUES (?,?,?,?,?,?,?)",
             (rv, resource, namespace, name, event_type, text, prev_rv),

@@ -24,15 +24,15 @@ DNS1035_LABEL_FMT = "[a-z]([-a-z0-9]*[a-z0-9])?"
 QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 LABEL_VALUE_FMT = "(" + QUALIFIED_NAME_FMT + ")?"
 CONFIG_KEY_FMT = "[-._a-zA-Z0-9]+"
-_DNS1123_LABEL = re.compile(f"^{DNS1123_LABEL_FMT}$")
-_DNS1123_SUBDOMAIN = re.compile(f"^{DNS1123_SUBDOMAIN_FMT}$")
-_DNS1035_LABEL = re.compile(f"^{DNS1035_LABEL_FMT}$")
-_QUALIFIED_NAME = re.compile(f"^{QUALIFIED_NAME_FMT}$")
-_LABEL_VALUE = re.compile(f"^{LABEL_VALUE_FMT}$")
-_CONFIG_KEY = re.compile(f"^{CONFIG_KEY_FMT}$")
-_PORT_NAME_CHARS = re.compile("^[-a-z0-9]+$")
+_DNS1123_LABEL = re.compile(f"^{DNS1123_LABEL_FMT}\\Z")
+_DNS1123_SUBDOMAIN = re.compile(f"^{DNS1123_SUBDOMAIN_FMT}\\Z")
+_DNS1035_LABEL = re.compile(f"^{DNS1035_LABEL_FMT}\\Z")
+_QUALIFIED_NAME = re.compile(f"^{QUALIFIED_NAME_FMT}\\Z")
+_LABEL_VALUE = re.compile(f"^{LABEL_VALUE_FMT}\\Z")
+_CONFIG_KEY = re.compile(f"^{CONFIG_KEY_FMT}\\Z")
+_PORT_NAME_CHARS = re.compile("^[-a-z0-9]+\\Z")
 _HAS_LETTER = re.compile("[a-z]")
-_WILDCARD_SUBDOMAIN = re.compile(r"^\*\." + DNS1123_SUBDOMAIN_FMT + "$")
+_WILDCARD_SUBDOMAIN = re.compile(r"^\*\." + DNS1123_SUBDOMAIN_FMT + "\\Z")
 WILDCARD_SUBDOMAIN_FMT = "\\*\\." + DNS1123_SUBDOMAIN_FMT
 
 
