@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def build(cluster: LocalCluster) -> list[Component]:
     from tether.local import kubelet, nodes, services, tokens, workloads
+    from tether.local.kubelet import system_pods
 
     parts: list[Component] = []
     parts += services.build(cluster)  # Service IPs, Endpoints/EndpointSlices, service proxy, DNS
@@ -21,4 +22,5 @@ def build(cluster: LocalCluster) -> list[Component]:
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
     parts += tokens.build(cluster)  # ServiceAccount tokens, TokenRequest, default SA, root CA
+    parts.append(system_pods.build(cluster, parts))  # the parts above as pods in kube-system
     return parts

@@ -22,6 +22,7 @@ from tether.local.errors import ApiError
 from tether.local.kubelet import environment, images, probes, volumes
 from tether.local.kubelet.runtime import CTTY_SHIM, Attachment, LogWriter, run_process
 from tether.local.kubelet.status import ContainerState, PodRuntimeState, pod_status
+from tether.local.kubelet.system_pods import SystemComponent, component_of
 from tether.local.netns import HostFabric, NetnsError
 from tether.local.operations import WriteOptions
 from tether.local.resources import ResourceType
@@ -44,6 +45,7 @@ VOLUME_SYNC_S = 2.0  # how soon ConfigMap, Secret and token changes reach a runn
 VOLUME_RETRY_S = 0.25  # a pod created with its namespace may briefly miss kube-root-ca.crt
 VOLUME_RETRY_MAX_S = 5.0
 MOUNTS_ENV = "TETHER_LOCAL_POD_MOUNTS"  # "env": rootless behaviour even as root
+SYSTEM_HEALTH_S = 1.0  # how often a built-in component's pod looks at the component's health
 
 
 class PodWorker:
@@ -120,7 +122,8 @@ class PodWorker:
             containers=tuple(ContainerState(c["name"], c.get("image", "")) for c in spec.get("containers") or []),
         ))
         await self._address(pod)
-        await self._volumes(pod)
+        if self.kubelet.system_component(pod) is None:
+            await self._volumes(pod)
         for container in spec.get("initContainers") or []:
             await self._run_init(container)
         async with asyncio.TaskGroup() as group:
@@ -274,6 +277,9 @@ class PodWorker:
             await asyncio.Event().wait()
         assert pod is not None
         name = container["name"]
+        component = self.kubelet.system_component(pod)
+        if component is not None:
+            return await self._run_system(container, component, init=init)
         try:
             program = images.resolve(container, self.kubelet.image_map)
             env = self._env(pod, container)
@@ -310,6 +316,31 @@ class PodWorker:
             return code
         finally:
             logfile.close()
+
+    async def _run_system(self, container: Obj, component: SystemComponent, *, init: bool) -> int:
+        """A built-in component's container: no process; Running, Ready while the component is
+        healthy, and the component's own log as the container's."""
+        name = container["name"]
+        restart = next((c.restart_count for c in (self.state.init if init else self.state.containers)
+                        if c.name == name), 0)
+        link = self.directory / "logs" / name / f"{restart}.log"
+        component.log.touch()
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            with contextlib.suppress(FileNotFoundError):
+                link.unlink()
+            link.symlink_to(component.log.path)
+        at = objects.now_rfc3339()
+        self.set_container(name, lambda c: c.running(at), init=init)
+        if init:
+            return 0
+        ready: bool | None = None
+        while True:
+            healthy = component.healthy()
+            if healthy != ready:
+                ready = healthy
+                self.set_container(name, functools.partial(_set_ready, ready=healthy), init=False)
+            await asyncio.sleep(SYSTEM_HEALTH_S)
 
     def _mount_prefix(self, pod: Obj, container: Obj, bound: list[volumes.Bind]) -> list[str]:
         """As root: the shim that puts the volumes at their mount paths. Rootless: nothing, and
@@ -405,6 +436,10 @@ def tty_argv(argv: tuple[str, ...], env: dict[str, str], attachment: Attachment 
     return [sys.executable, "-I", "-S", "-c", CTTY_SHIM, executable, *argv]
 
 
+def _set_ready(container: ContainerState, *, ready: bool) -> ContainerState:
+    return replace(container, ready=ready) if container.state == "running" else container
+
+
 class LivenessFailed(Exception):
     pass
 
@@ -434,6 +469,8 @@ class Kubelet:
         # `fabric.open_connection(host, port, timeout_s=...)` to reach the pod's network.
         self.fabric: HostFabric = getattr(cluster, "fabric", None) or HostFabric(cluster.network)
         self.signer: tokens.Signer | None = None  # set by build(): projected ServiceAccount tokens
+        # The cluster's own components, shown as pods in kube-system (system_pods.build sets it).
+        self.system: Mapping[str, SystemComponent] = {}
         # Whether process pods get their own mount namespace with volumes at their mount paths
         # (root); decided once when the kubelet starts.
         self.mounts = False
@@ -442,6 +479,11 @@ class Kubelet:
         rt = self.ops.registry.lookup("", "v1", plural)
         assert rt is not None
         return rt
+
+    def system_component(self, pod: Obj) -> SystemComponent | None:
+        """The built-in component this pod stands for (then no process runs for it)."""
+        name = component_of(pod)
+        return self.system.get(name) if name is not None else None
 
     def lookup(self, plural: str) -> environment.Lookup:
         def find(namespace: str, name: str) -> Obj | None:
