@@ -218,7 +218,8 @@ class SystemPods:
         self._announce()
         self._install_addons()
         while True:
-            await asyncio.sleep(MIRROR_SYNC_S if self._ensure_mirror_pods() else NODE_WAIT_S)
+            placed = self._ensure_mirror_pods()
+            await asyncio.sleep(MIRROR_SYNC_S if placed else NODE_WAIT_S)
 
     def _create(self, plural: str, group: str, body: Obj) -> None:
         rt = self.ops.registry.lookup(group, "v1", plural)
