@@ -489,7 +489,7 @@ class ExecServer:
 
         try:
             # the pod's network (netns mode) and, as root, its volumes at their mount paths
-            prefix = self.kubelet.command_prefix(pod, container, env)
+            prefix = self.kubelet.command_prefix(pod, container, env, cwd)
         except Exception as exc:  # NetnsError (the pod's node has no namespace yet) or MountError
             raise bad_request(f"cannot exec in pod {name}: {exc}") from None
 

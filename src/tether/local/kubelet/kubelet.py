@@ -65,6 +65,7 @@ class PodWorker:
         self.volumes_ready = asyncio.Event()
         self._tokens: dict[tuple[str, int], tuple[str, float]] = {}  # (audience, ttl) -> (token, renew at)
         self._told_rootless = False
+        self.pids: dict[str, int] = {}  # container -> its running process (for exec in its mounts)
 
     @property
     def directory(self) -> Path:
@@ -305,7 +306,8 @@ class PodWorker:
                             *tty_argv(program.argv, env, attachment)]
                     code = await run_process(argv, env=env, cwd=self.directory / "root", log=logfile,
                                              started=started, grace_s=lambda: self.grace_s,
-                                             attachment=attachment)
+                                             attachment=attachment,
+                                             on_pid=functools.partial(self._set_pid, name))
                     watcher.cancel()
             except* LivenessFailed:
                 logfile.write("stderr", b"container killed: liveness probe failed")
@@ -360,6 +362,12 @@ class PodWorker:
                           component=MANAGER)
         return []
 
+    def _set_pid(self, container: str, pid: int | None) -> None:
+        if pid is None:
+            self.pids.pop(container, None)
+        else:
+            self.pids[container] = pid
+
     def _attachment(self, container: Obj) -> Attachment | None:
         """Containers started with `stdin: true` can be attached to with input (`run -it`)."""
         if not container.get("stdin"):
@@ -409,7 +417,7 @@ class PodWorker:
         async def dial(host: str, port: int, timeout_s: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
             return await fabric.open_connection(host, port, timeout_s=timeout_s)
 
-        prefix = self.kubelet.command_prefix(pod, container, env)
+        prefix = self.kubelet.command_prefix(pod, container, env, cwd)
         async with asyncio.TaskGroup() as group:
             if readiness:
                 check = probes.checker(readiness, container, pod_ip=self.state.pod_ip, env=env, cwd=cwd,
@@ -502,19 +510,24 @@ class Kubelet:
 
     # what streaming subresources (exec, attach, port-forward) need --------------------------
 
-    def command_prefix(self, pod: Obj, container: Obj, env: dict[str, str]) -> list[str]:
+    def command_prefix(self, pod: Obj, container: Obj, env: dict[str, str], cwd: Path | None = None) -> list[str]:
         """What runs a command in the container's world: its network (netns mode) and, as root,
-        its volumes at their mount paths. Raises NetnsError or volumes.MountError."""
+        its mounts (those of its running process; else made the same way). Raises NetnsError or
+        volumes.MountError."""
         prefix = list(self.fabric.command_prefix(pod))
         if not self.mounts:
             return prefix
         worker = self.workers.get(_key(pod))
         if worker is None or worker.uid != pod["metadata"].get("uid"):
             worker = PodWorker(self, pod)
+        working_dir = str(container.get("workingDir") or cwd or worker.directory / "root")
+        pid = worker.pids.get(container["name"])
+        if pid is not None:
+            return prefix + volumes.enter_argv(pid, working_dir)
         bound = worker.binds(pod, container, env)
         if bound:
             volumes.prepare_sources(bound)
-            prefix += volumes.shim_argv(bound, str(container.get("workingDir") or ""))
+            prefix += volumes.shim_argv(bound, working_dir)
         return prefix
 
     def exec_environment(self, pod: Obj, container: Obj) -> tuple[dict[str, str], Path]:

@@ -352,6 +352,40 @@ except OSError as exc:
 """
 
 
+# argv: the container's process id, the working directory, then the command.
+ENTER_SHIM = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def fail(what, code=126):
+    sys.stderr.write("tether: " + what + "\n")
+    sys.stderr.flush()
+    os._exit(code)
+try:
+    fd = os.open("/proc/%s/ns/mnt" % sys.argv[1], os.O_RDONLY)
+except OSError as exc:
+    fail("the container is not running: " + exc.strerror)
+if libc.setns(fd, 0x00020000) != 0:
+    fail("setns: " + os.strerror(ctypes.get_errno()))
+os.close(fd)
+try:
+    os.chdir(sys.argv[2])
+except OSError:
+    os.chdir("/")
+argv = sys.argv[3:]
+try:
+    os.execvp(argv[0], argv)
+except OSError as exc:
+    code = 127 if isinstance(exc, FileNotFoundError) else 126
+    fail('exec: "%s": %s' % (argv[0], "executable file not found in $PATH" if code == 127 else exc.strerror), code)
+"""
+
+
+def enter_argv(pid: int, working_dir: str) -> list[str]:
+    """What goes before a command to run it in a running container's mount namespace (exec,
+    exec probes): it sees what the container sees, subPath files as they were at its start."""
+    return [sys.executable, "-I", "-S", "-c", ENTER_SHIM, str(pid), working_dir]
+
+
 def shim_argv(bound: Sequence[Bind], working_dir: str = "") -> list[str]:
     """What goes before a container's command to run it with its volumes at their mount paths."""
     spec: dict[str, Any] = {"binds": [{"source": b.source, "target": b.target, "ro": b.read_only} for b in bound]}
