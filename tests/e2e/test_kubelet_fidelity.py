@@ -122,7 +122,7 @@ def test_dns_pod_streams_the_dns_servers_log(clusters: Any) -> None:
     with Streamed(clusters, "logs", "-f", "-n", "kube-system", dns) as followed:
         followed.wait_for_line(lambda line: "plugin/kubernetes" in line, timeout=20)
         assert followed.running()  # following: the log stays open
-    api = [p for p in pods(clusters, "kube-system", "component=kube-apiserver")][0]["metadata"]["name"]
+    api = pods(clusters, "kube-system", "component=kube-apiserver")[0]["metadata"]["name"]
     assert "Serving securely on" in clusters.kubectl("logs", "-n", "kube-system", api).stdout
 
 
