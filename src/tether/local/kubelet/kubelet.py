@@ -66,6 +66,7 @@ class PodWorker:
         self._tokens: dict[tuple[str, int], tuple[str, float]] = {}  # (audience, ttl) -> (token, renew at)
         self._told_rootless = False
         self.pids: dict[str, int] = {}  # container -> its running process (for exec in its mounts)
+        self.writes_volumes = True
 
     @property
     def directory(self) -> Path:
@@ -150,11 +151,23 @@ class PodWorker:
             self.patch(pod_ip=pod_ip, host_ip=host_ip, failure_reason="", failure_message="")
             return
 
+    def _runs_processes(self, pod: Obj) -> bool:
+        spec = pod.get("spec") or {}
+        for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+            try:
+                if not images.resolve(container, self.kubelet.image_map).virtual:
+                    return True
+            except images.ImageError:
+                return True
+        return False
+
     async def _volumes(self, pod: Obj) -> None:
+        # Virtual containers read no files: their volumes' sources are checked, nothing written.
+        self.writes_volumes = self._runs_processes(pod)
         delay, failures, told = VOLUME_RETRY_S, 0, ""
         while True:
             try:
-                self.volumes.sync(pod)
+                self.volumes.sync(pod, write=self.writes_volumes)
                 self.volumes_ready.set()
                 return
             except environment.ConfigError as exc:
@@ -174,6 +187,8 @@ class PodWorker:
         """ConfigMap, Secret and token changes reach the files of a running pod, as the kubelet's
         periodic volume sync does (subPath mounts excepted, as in Kubernetes)."""
         await self.volumes_ready.wait()
+        if not self.writes_volumes:
+            return
         while True:
             await asyncio.sleep(VOLUME_SYNC_S)
             pod = self.pod()

@@ -163,13 +163,20 @@ def write_atomic(target: Path, files: Payload) -> None:
     for directory in (target, fresh):  # readable by a container's non-root user (not umask's)
         directory.chmod(0o755)
     for relative, content in files.items():
-        destination = fresh / relative
-        if not destination.resolve().is_relative_to(fresh.resolve()):
-            continue  # validation refuses `..` in paths; never write outside the volume anyway
-        for parent in reversed(destination.relative_to(fresh).parents[:-1]):
-            (fresh / parent).mkdir(mode=0o755, exist_ok=True)
-        destination.write_bytes(content.data)
-        destination.chmod(content.mode)
+        parts = Path(relative).parts
+        if not parts or relative.startswith("/") or ".." in parts:
+            continue  # validation refuses such paths; never write outside the volume anyway
+        directory = fresh
+        for part in parts[:-1]:
+            directory = directory / part
+            if not directory.is_dir():
+                directory.mkdir(mode=0o755)
+        descriptor = os.open(directory / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, content.mode)
+        try:
+            os.write(descriptor, content.data)
+            os.fchmod(descriptor, content.mode)  # not the umask's idea of it
+        finally:
+            os.close(descriptor)
     link = target / DATA_LINK
     previous = os.readlink(link) if link.is_symlink() else None
     temporary = target / "..data_tmp"
@@ -207,6 +214,10 @@ def _check_host_path(volume: Obj) -> None:
         raise environment.ConfigError(f"hostPath type check failed: {path} is not a file")
 
 
+def _no_token(pod: Obj, source: Obj) -> str:
+    return ""
+
+
 class PodVolumes:
     """One pod's volume directories (`<root>/<volume name>`), kept in step with the store."""
 
@@ -221,24 +232,28 @@ class PodVolumes:
     def directory(self, name: str) -> Path:
         return self.root / name
 
-    def sync(self, pod: Obj) -> bool:
+    def sync(self, pod: Obj, *, write: bool = True) -> bool:
         """Write what changed; True when some volume's files did. Raises environment.ConfigError
-        (with the volume's name) when a volume's source is missing."""
+        (with the volume's name) when a volume's source is missing. `write=False` only checks
+        the sources (a pod without processes has nobody to read the files)."""
         changed = False
+        token = self.token if write else _no_token
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             name = str(volume.get("name", ""))
             kind = volume_kind(volume)
             try:
                 if kind == "hostPath":
-                    _check_host_path(volume)
+                    if write:
+                        _check_host_path(volume)
                     continue
                 if kind not in ATOMIC_KINDS:  # emptyDir, and claims local clusters do not provision
-                    self.directory(name).mkdir(parents=True, exist_ok=True)
+                    if write:
+                        self.directory(name).mkdir(parents=True, exist_ok=True)
                     continue
-                files = payload(pod, volume, configmaps=self.configmaps, secrets=self.secrets, token=self.token)
+                files = payload(pod, volume, configmaps=self.configmaps, secrets=self.secrets, token=token)
             except environment.ConfigError as exc:
                 raise environment.ConfigError(f'for volume "{name}" : {exc}') from None
-            if self._written.get(name) != files:
+            if write and self._written.get(name) != files:
                 write_atomic(self.directory(name), files)
                 self._written[name] = files
                 changed = True
