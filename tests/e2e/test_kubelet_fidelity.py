@@ -36,7 +36,7 @@ needs_root = pytest.mark.skipif(not IS_ROOT, reason="volumes at their mountPath 
 
 PORT_SERVER = """\
 import http.server, os
-GREETING = open("/etc/app/greeting.txt").read().strip()
+GREETING = open("/tmp/tether-e2e-app/greeting.txt").read().strip()
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = (GREETING + " from " + os.environ["POD_NAME"] + "\\n").encode()
@@ -151,8 +151,10 @@ def port_server(ns: str, name: str = "ps", *, image: str = "python:3.12") -> lis
                "ports": [{"containerPort": 8080}],
                "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
                "volumeMounts": [{"name": "code", "mountPath": "/opt"},
-                                {"name": "code", "mountPath": "/etc/app/greeting.txt", "subPath": "greeting.txt"},
-                                {"name": "scratch", "mountPath": "/scratch"}]}],
+                                # missing mount points are made on the host: keep them in /tmp
+                                {"name": "code", "mountPath": "/tmp/tether-e2e-app/greeting.txt",
+                                 "subPath": "greeting.txt"},
+                                {"name": "scratch", "mountPath": "/tmp/tether-e2e-app/scratch"}]}],
                "volumes": [{"name": "code", "configMap": {"name": "code"}}, {"name": "scratch", "emptyDir": {}}]}}
     return [config, pod]
 
@@ -162,18 +164,20 @@ def test_python_pod_runs_a_script_from_a_configmap_at_its_mount_path(clusters: A
     clusters.kubectl("create", "-f", "-", input=manifest(*port_server(ns)))
     wait_ready(clusters, ns, "ps")  # the readiness probe reached the script's server
     answer = clusters.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/ps:8080/proxy/").stdout
-    assert answer == "hello from ps\n"  # the subPath file at /etc/app/greeting.txt
+    assert answer == "hello from ps\n"  # the subPath file
     assert not Path("/opt/port-server.py").exists()  # only the pod's mount namespace has it
     # configMap volumes are read-only; emptyDir is writable
     denied = exec_in(clusters, ns, "ps", "echo x > /opt/new", check=False)
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr, denied.stderr
-    assert exec_in(clusters, ns, "ps", "echo x > /scratch/f && cat /scratch/f").stdout == "x\n"
+    scratch = "/tmp/tether-e2e-app/scratch"
+    assert exec_in(clusters, ns, "ps", f"echo x > {scratch}/f && cat {scratch}/f").stdout == "x\n"
+    assert not Path(scratch, "f").exists()
     # an update reaches the directory mount; the subPath file stays as it was, as in Kubernetes
     clusters.kubectl("patch", "configmap", "code", "-n", ns, "--type=merge",
                      "-p", '{"data":{"version":"2","greeting.txt":"bye"}}')
     poll(lambda: exec_in(clusters, ns, "ps", "cat /opt/version").stdout == "2", timeout=TIMEOUT_S,
          interval=0.5, what="the new ConfigMap content in /opt")
-    assert exec_in(clusters, ns, "ps", "cat /etc/app/greeting.txt").stdout.strip() == "hello"
+    assert exec_in(clusters, ns, "ps", "cat /tmp/tether-e2e-app/greeting.txt").stdout.strip() == "hello"
 
 
 # ServiceAccount token ------------------------------------------------------------------------------
