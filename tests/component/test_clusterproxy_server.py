@@ -20,7 +20,7 @@ import pytest
 from tether.app import clusterproxy as app
 from tether.federation import clusterproxy as cp
 from tether.kube import ClusterCredentials, KubeClient
-from tether.local.http import (
+from tether.net.httpserver import (
     HttpServer,
     Reply,
     Request,

@@ -393,7 +393,7 @@ def _ticks(text: str) -> set[int]:
     return {int(m) for m in re.findall(r"^seed (\d+)$", text, re.MULTILINE)}
 
 
-def test_seed_000_kubectl_through_the_hub_cluster_proxy(scenario: Scenario) -> None:
+def test_kubectl_through_the_hub_cluster_proxy_to_a_member_behind_nat(scenario: Scenario) -> None:
     proxy = "kubectl --kubeconfig $(tether kubeconfig member HUB)"
     # the kubeconfig names the hub's proxy, not the member's API
     path = Path(ok(_as_user(scenario, "tether kubeconfig member HUB")).strip())

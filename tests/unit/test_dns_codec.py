@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.local.services import dnswire as w
+from tether.net import dnswire as w
 
 QNAME = b"\x03web\x07default\x03svc\x07cluster\x05local\x00"
 QUERY = bytes.fromhex("123401000001000000000000") + QNAME + b"\x00\x01\x00\x01"

@@ -10,21 +10,19 @@ SIGTERM to the recorded pid (SIGKILL after `stop_s`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tether.app.pullagent import AgentSettings, PullAgent
 from tether.app.signals import run_until_signal
-from tether.federation.pullagent import AgentSettings, PullAgent
 from tether.kube import ClusterCredentials, KubeClient
+from tether.net import daemon
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +45,7 @@ class AgentFiles:
 
 
 def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "tether"
+    return daemon.state_home()
 
 
 def agent_dir(data_dir: Path, cluster: str) -> Path:
@@ -121,9 +118,7 @@ def start_background(directory: Path, cluster: str, data_dir: Path, *,
             "--data-dir", str(data_dir)]
     if verbose:
         args.append("--verbose")
-    with log_path.open("ab") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    process = daemon.spawn(args, log_path)
     (directory / "agent.pid").write_text(f"{process.pid}\n")
     deadline = time.monotonic() + ready_wait_s
     while time.monotonic() < deadline:
@@ -132,25 +127,6 @@ def start_background(directory: Path, cluster: str, data_dir: Path, *,
                                f"see {log_path}")
         time.sleep(0.1)
     return process.pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of ours counts as gone
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _is_our_agent(pid: int) -> bool:
@@ -168,17 +144,9 @@ def stop_background(directory: Path, *, stop_s: float = STOP_S) -> int | None:
         pid = int(pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
-    if not _alive(pid) or not _is_our_agent(pid):
-        pid_file.unlink(missing_ok=True)
-        return None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + stop_s
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    running = daemon.alive(pid) and _is_our_agent(pid) and daemon.stop(pid, stop_s=stop_s)
     pid_file.unlink(missing_ok=True)
-    return pid
+    return pid if running else None
 
 
 # manifests for real clusters ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """`tether proxy serve` and `tether kubeconfig`: the cluster proxy on an HTTPS socket.
 
 The logic (routing, authorisation, headers, forwarding) is `tether.federation.clusterproxy`;
-this module adds what meets only here: the HTTP server (`tether.local.http`), the tunnel dialer
+this module adds what meets only here: the HTTP server (`tether.net.httpserver`), the tunnel dialer
 for Pull clusters (`tether.tunnel.client`), and a small hub PKI.
 
 Hub PKI and discovery, kept on the host cluster so any admin of the host can get a kubeconfig:
@@ -20,7 +20,6 @@ import asyncio
 import base64
 import contextlib
 import datetime
-import ipaddress
 import logging
 import os
 import secrets
@@ -33,23 +32,28 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tether.app.signals import HARD_EXIT_MARGIN_S, stop_on_signals
 from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
-from tether.kube import ConnectOptions, KubeClient, KubeError, Unreachable
-from tether.local.http import HttpServer, Reply, Request, Response, StreamResponse, UpgradeResponse
+from tether.kube import ConnectOptions, KubeClient, KubeError, NotFound, Unreachable
+from tether.net import daemon
+from tether.net.httpserver import (
+    HttpServer,
+    Reply,
+    Request,
+    Response,
+    StreamResponse,
+    UpgradeResponse,
+)
+from tether.net.pki import CertificateAuthority
+from tether.objects import Obj
 from tether.tunnel import client as tunnel_client
 from tether.tunnel.tls import ClientTLS
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 PKI_SECRET = "tether-cluster-proxy-pki"
 INFO_CONFIGMAP = "tether-cluster-proxy"
 FIELD_MANAGER = "tether-cluster-proxy"
@@ -70,61 +74,19 @@ class HubPki:
     ca_key_pem: bytes = field(repr=False)
     admin_token: str = field(repr=False)
 
-    def _ca(self) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-        cert = x509.load_pem_x509_certificate(self.ca_cert_pem)
-        key = serialization.load_pem_private_key(self.ca_key_pem, None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError("the hub proxy CA key is not an EC key")
-        return cert, key
-
     def issue(self, common_name: str, *, organizations: tuple[str, ...] = (), server: bool = False,
               sans: tuple[str, ...] = (), validity: datetime.timedelta = CLIENT_TTL,
               ) -> tuple[bytes, bytes]:
         """(certificate PEM, key PEM) signed by the hub proxy CA."""
-        ca, ca_key = self._ca()
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-        subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = (x509.CertificateBuilder().subject_name(x509.Name(subject))
-                   .issuer_name(ca.subject).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + validity)
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
-        if sans:
-            names: list[x509.GeneralName] = []
-            for name in sans:
-                try:
-                    names.append(x509.IPAddress(ipaddress.ip_address(name)))
-                except ValueError:
-                    names.append(x509.DNSName(name))
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        return (cert.public_bytes(serialization.Encoding.PEM),
-                key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))
+        ca = CertificateAuthority.from_pem(self.ca_cert_pem, self.ca_key_pem)
+        issued = ca.issue(common_name, organizations=organizations, server=server, sans=sans,
+                          validity=validity)
+        return issued.cert_pem, issued.key_pem()
 
 
 def new_pki() -> HubPki:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tether-cluster-proxy-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + CA_VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, key_cert_sign=True, crl_sign=True,
-                                         encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
-    return HubPki(cert.public_bytes(serialization.Encoding.PEM),
-                  key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption()),
-                  secrets.token_urlsafe(32))
+    ca = CertificateAuthority.create("tether-cluster-proxy-ca", validity=CA_VALIDITY, path_length=0)
+    return HubPki(ca.cert_pem, ca.key_pem(), secrets.token_urlsafe(32))
 
 
 def _b64(data: bytes | str) -> str:
@@ -143,9 +105,7 @@ async def load_pki(host: KubeClient, *, create: bool) -> HubPki:
     """The hub proxy PKI from the host cluster, created (once) when `create`."""
     try:
         found = _pki_from_secret(await host.get("v1", "Secret", PKI_SECRET, HUB_NAMESPACE))
-    except KubeError as exc:
-        if exc.code != 404:
-            raise
+    except NotFound:
         found = None
     if found is not None:
         return found
@@ -405,9 +365,8 @@ def build_kubeconfig(name: str, server: str, ca_pem: bytes, cert_pem: bytes, key
 
 
 def default_kubeconfig_path(name: str, context: str) -> Path:
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in context or "default")
-    return base / "tether" / "kubeconfigs" / f"{safe}--{name}.yaml"
+    return daemon.state_home() / "kubeconfigs" / f"{safe}--{name}.yaml"
 
 
 async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None, *,
@@ -418,17 +377,13 @@ async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None,
         raise ProxySetupError(f"{name!r} is not a cluster name")
     try:
         await host.get(CLUSTER_API_VERSION, "Cluster", name)
-    except KubeError as exc:
-        if exc.code == 404:
-            raise ProxySetupError(f"the hub has no cluster {name!r} (see `tether clusters`)") from None
-        raise
+    except NotFound:
+        raise ProxySetupError(f"the hub has no cluster {name!r} (see `tether clusters`)") from None
     pki = await load_pki(host, create=False)
     if not server:
         try:
             info = await host.get("v1", "ConfigMap", INFO_CONFIGMAP, HUB_NAMESPACE)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             raise ProxySetupError("no cluster proxy has announced itself on this hub; start "
                                   "`tether proxy serve` (or pass --server)") from None
         server = str((info.get("data") or {}).get("server") or "")

@@ -18,15 +18,14 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
 from tether.app.gcpacing import GcPacing
+from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
 from tether.federation.execution import WorkExecutor
-from tether.federation.health import HealthTimers, build_health_controller
+from tether.federation.health import build_health_controller
 from tether.federation.metrics import HubMetrics
 from tether.federation.propagation import (
     HubInformers,
@@ -35,33 +34,12 @@ from tether.federation.propagation import (
     cluster_info,
 )
 from tether.kube import KubeClient
-from tether.local.http import HttpServer, Request, Response
+from tether.net.httpserver import HttpServer, Request, Response
 
 if TYPE_CHECKING:
     from tether.app.hub_tunnel import HubTunnel
 
 log = logging.getLogger(__name__)
-
-SHUTDOWN_S = 5.0
-
-
-@dataclass(frozen=True)
-class HubConfig:
-    kubeconfig: Path | None = None
-    context: str | None = None
-    port: int = 8443
-    health_port: int | None = None
-    health: HealthTimers = field(default_factory=HealthTimers)
-    resync_s: float = 300.0
-    shutdown_s: float = SHUTDOWN_S
-    tunnel_agent_port: int | None = None  # None: no tunnel server
-    tunnel_frontend_port: int = 8088
-    tunnel_bind_address: str = ""
-    tunnel_advertise: str = ""  # HOST[:PORT] agents dial [default: 127.0.0.1:<agent port>]
-    tunnel_certs: Path | None = None  # a `tether certs` output directory
-    data_dir: Path | None = None
-    proxy_port: int | None = None  # the cluster proxy (clusters/{name}/proxy); None: not served
-
 
 class Hub:
     """The wired parts; `run()` until cancelled."""

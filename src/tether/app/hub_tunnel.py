@@ -19,9 +19,10 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from tether.app.hub import HubConfig
+from tether.app.hubconfig import HubConfig
 from tether.federation import bootstrap
 from tether.kube import KubeClient, KubeError
+from tether.net import daemon
 from tether.tunnel import pki
 from tether.tunnel.server import ServerConfig, TunnelServer
 from tether.tunnel.tls import ServerTLS
@@ -52,7 +53,7 @@ class HubTunnel:
     def _certs(self, advertise_host: str) -> Path:
         if self.config.tunnel_certs is not None:
             return self.config.tunnel_certs
-        base = (self.config.data_dir or Path.home() / ".local" / "share" / "tether" / "hub")
+        base = (self.config.data_dir or daemon.state_home() / "hub")
         out = base / "tunnel"
         marker = out / "server-ip"  # certificates are for this address; regenerate when it changes
         current = marker.read_text().strip() if marker.exists() else ""

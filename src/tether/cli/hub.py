@@ -83,6 +83,7 @@ def run(
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
 
     from tether.app import hub as hub_app
+    from tether.app.hubconfig import HubConfig
     from tether.federation.health import HealthTimers
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
@@ -95,7 +96,7 @@ def run(
     timers = HealthTimers(period_s=health_period, failure_threshold_s=health_threshold,
                           success_threshold_s=health_threshold, grace_period_s=health_grace,
                           startup_grace_period_s=max(health_grace, 60.0 * health_grace / 40.0))
-    config = hub_app.HubConfig(kubeconfig=kubeconfig, context=context, port=port,
+    config = HubConfig(kubeconfig=kubeconfig, context=context, port=port,
                                health_port=health_port, health=timers, resync_s=resync,
                                proxy_port=proxy_port,
                                tunnel_agent_port=tunnel_agent_port,

@@ -39,7 +39,6 @@ import string
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography import x509
@@ -47,11 +46,11 @@ from cryptography.hazmat.primitives import serialization
 
 from tether.federation import registry
 from tether.federation.crds import CLUSTER_API_VERSION, execution_namespace
-from tether.federation.health import HUB_NAMESPACE, rfc3339
+from tether.federation.health import HUB_NAMESPACE
 from tether.federation.registry import agent_account, agent_role, agent_token_secret
-from tether.kube import ClusterCredentials, KubeClient, KubeError
-
-Obj = dict[str, Any]
+from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
+from tether.objects import Obj
+from tether.objects.times import rfc3339, seconds_of
 
 FIELD_MANAGER = "tether-bootstrap"
 BOOTSTRAP_ROLE = "tether:bootstrap"
@@ -196,26 +195,22 @@ async def delete_token(host: KubeClient, token_id: str) -> bool:
         try:
             await host.delete(api_version, kind, name, namespace)
             found = True
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
     return found
 
 
 async def delete_expired(host: KubeClient) -> list[str]:
-    from tether.federation.health import parse_time
 
     gone: list[str] = []
     try:
         accounts = await host.list_objects("v1", "ServiceAccount", HUB_NAMESPACE,
                                            label_selector=BOOTSTRAP_LABEL)
-    except KubeError as exc:
-        if exc.code == 404:
-            return gone
-        raise
+    except NotFound:
+        return gone
     for account in accounts:
         meta = account.get("metadata") or {}
-        expires = parse_time((meta.get("annotations") or {}).get(EXPIRES_ANNOTATION))
+        expires = seconds_of((meta.get("annotations") or {}).get(EXPIRES_ANNOTATION))
         token_id = str((meta.get("labels") or {}).get(BOOTSTRAP_LABEL, ""))
         if expires is not None and expires < time.time() and token_id:
             await delete_token(host, token_id)
@@ -376,9 +371,7 @@ async def _hub_token(hub: KubeClient, name: str, wait_s: float) -> str:
         try:
             secret: Obj | None = await hub.get("v1", "Secret", agent_token_secret(name),
                                                HUB_NAMESPACE)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             secret = None
         if secret is None:
             await hub.apply(secret_obj, field_manager=FIELD_MANAGER)
@@ -406,10 +399,8 @@ async def register(hub: KubeClient, member: KubeClient, name: str, cluster_info:
     cluster_id = str(kube_system["metadata"].get("uid", ""))
     try:
         existing = await hub.list_objects(CLUSTER_API_VERSION, "Cluster")
-    except KubeError as exc:
-        if exc.code == 404:
-            raise BootstrapError("the hub has no Cluster type: run `tether hub install` on it") from None
-        raise
+    except NotFound:
+        raise BootstrapError("the hub has no Cluster type: run `tether hub install` on it") from None
     try:
         registry.check_conflicts(name, endpoint, cluster_id, existing)
     except registry.RegistryError as exc:

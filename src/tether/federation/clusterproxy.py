@@ -53,14 +53,15 @@ from tether.kube import (
     ConnectOptions,
     KubeClient,
     KubeError,
+    NotFound,
     Unauthorized,
     Unreachable,
     UpgradedStream,
 )
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Impersonation = Literal["auto", "always", "never"]
 
 PROXY_GROUPS = (CLUSTER_GROUP, "cluster.karmada.io")
@@ -501,11 +502,9 @@ class ClusterProxy:
             try:
                 cluster = await self.host.get(CLUSTER_API_VERSION, "Cluster", name,
                                               timeout_s=self.request_timeout_s)
-            except KubeError as exc:
-                if exc.code == 404:
-                    self._lookups.pop(name, None)
-                    return None
-                raise
+            except NotFound:
+                self._lookups.pop(name, None)
+                return None
         ref = (cluster.get("spec") or {}).get("secretRef") or {}
         secret: Obj | None = None
         if ref.get("name"):
@@ -513,9 +512,8 @@ class ClusterProxy:
                 secret = await self.host.get("v1", "Secret", str(ref["name"]),
                                              str(ref.get("namespace") or HUB_NAMESPACE),
                                              timeout_s=self.request_timeout_s)
-            except KubeError as exc:
-                if exc.code != 404:
-                    raise
+            except NotFound:
+                pass
         resolved = _Resolved(cluster, secret, now)
         self._lookups[name] = resolved
         return resolved

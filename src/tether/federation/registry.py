@@ -30,9 +30,8 @@ from typing import Any
 from tether.federation.crds import CLUSTER_API_VERSION, execution_namespace
 from tether.federation.health import HUB_NAMESPACE, member_credentials
 from tether.federation.model import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from tether.kube import KubeClient, KubeError
-
-Obj = dict[str, Any]
+from tether.kube import KubeClient, KubeError, NotFound
+from tether.objects import Obj
 
 FIELD_MANAGER = "tether-registry"
 MEMBER_NAMESPACE = "tether-system"
@@ -190,22 +189,13 @@ def check_conflicts(name: str, endpoint: str, cluster_id: str,
     return already
 
 
-async def _get_or_none(client: KubeClient, api_version: str, kind: str, name: str,
-                       namespace: str | None = None) -> Obj | None:
-    try:
-        return await client.get(api_version, kind, name, namespace)
-    except KubeError as exc:
-        if exc.code == 404:
-            return None
-        raise
-
 
 async def _wait_token(member: KubeClient, name: str, sa_uid: str, secret_obj: Obj, wait_s: float) -> Obj:
     """The token Secret once filled for *this* ServiceAccount (uid), re-created if it went away
     (the token controller deletes Secrets left from an earlier ServiceAccount of that name)."""
     deadline = time.monotonic() + wait_s
     while True:
-        secret = await _get_or_none(member, "v1", "Secret", token_secret_name(name), MEMBER_NAMESPACE)
+        secret = await member.get_or_none("v1", "Secret", token_secret_name(name), MEMBER_NAMESPACE)
         if secret is None:
             await member.apply(secret_obj, field_manager=FIELD_MANAGER)
         else:
@@ -231,10 +221,8 @@ async def join(host: KubeClient, member: KubeClient, options: JoinOptions) -> Jo
     cluster_id = str(kube_system["metadata"].get("uid", ""))
     try:
         existing = await host.list_objects(CLUSTER_API_VERSION, "Cluster")
-    except KubeError as exc:
-        if exc.code == 404:
-            raise RegistryError("the hub has no Cluster type: run `tether hub install` first") from None
-        raise
+    except NotFound:
+        raise RegistryError("the hub has no Cluster type: run `tether hub install` first") from None
     already = check_conflicts(name, endpoint, cluster_id, existing)
     steps: list[str] = []
     sa_uid = ""
@@ -335,9 +323,8 @@ async def delete_managed(member: KubeClient, selector: str = f"{MANAGED_BY_LABEL
             try:
                 await member.request("DELETE", resource.path(meta.get("namespace", ""), meta["name"]),
                                      body={"propagationPolicy": "Background"})
-            except KubeError as exc:
-                if exc.code != 404:
-                    raise
+            except NotFound:
+                pass
             where = f"{meta['namespace']}/" if meta.get("namespace") else ""
             deleted.append(f"{resource.kind} {where}{meta['name']}")
     return deleted
@@ -348,19 +335,17 @@ async def _delete(client: KubeClient, api_version: str, kind: str, name: str,
     try:
         await client.delete(api_version, kind, name, namespace)
         return True
-    except KubeError as exc:
-        if exc.code == 404:
-            return False
-        raise
+    except NotFound:
+        return False
 
 
 async def member_client_from_hub(host: KubeClient, name: str) -> KubeClient | None:
     """A client for a joined member, from its Cluster and hub Secret (None when not joined)."""
-    cluster = await _get_or_none(host, CLUSTER_API_VERSION, "Cluster", name)
+    cluster = await host.get_or_none(CLUSTER_API_VERSION, "Cluster", name)
     if cluster is None:
         return None
     ref = (cluster.get("spec") or {}).get("secretRef") or {}
-    secret = await _get_or_none(host, "v1", "Secret", ref.get("name", name), ref.get("namespace", HUB_NAMESPACE))
+    secret = await host.get_or_none("v1", "Secret", ref.get("name", name), ref.get("namespace", HUB_NAMESPACE))
     if secret is None:
         return None
     return KubeClient(member_credentials(cluster, secret))
@@ -377,7 +362,7 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
     """
     validate_name(name)
     steps: list[str] = []
-    cluster = await _get_or_none(host, CLUSTER_API_VERSION, "Cluster", name)
+    cluster = await host.get_or_none(CLUSTER_API_VERSION, "Cluster", name)
     if cluster is not None and not cluster["metadata"].get("deletionTimestamp"):
         # Tell the propagation engine to stop dispatching to this cluster, and what to keep.
         mark = "keep-resources" if keep_resources else "delete-resources"
@@ -447,7 +432,5 @@ async def list_clusters(host: KubeClient) -> list[Obj]:
     try:
         return sorted(await host.list_objects(CLUSTER_API_VERSION, "Cluster"),
                       key=lambda c: c["metadata"]["name"])
-    except KubeError as exc:
-        if exc.code == 404:
-            raise RegistryError("the hub has no Cluster type: run `tether hub install` first") from None
-        raise
+    except NotFound:
+        raise RegistryError("the hub has no Cluster type: run `tether hub install` first") from None

@@ -41,11 +41,11 @@ from tether.kube.errors import (
 )
 from tether.kube.http1 import Answer, ConnectionPool, TransportError
 from tether.kube.transport import ConnectOptions, build_transport
+from tether.objects import Obj
 
 if TYPE_CHECKING:
     from tether.kube.watch import WatchEvent
 
-Obj = dict[str, Any]
 T = TypeVar("T")
 PatchType = Literal["merge", "json", "strategic"]
 PropagationPolicy = Literal["Background", "Foreground", "Orphan"]
@@ -596,6 +596,15 @@ class KubeClient:
         res = await self.resource(api_version, kind, timeout_s=timeout_s)
         return await self.request("GET", res.path(self._namespace(res, namespace), name, subresource),
                                   timeout_s=timeout_s)
+
+    async def get_or_none(self, api_version: str, kind: str, name: str,
+                          namespace: str | None = None, *, timeout_s: float | None = None
+                          ) -> Obj | None:
+        """The object, or None when it does not exist (every other error is raised)."""
+        try:
+            return await self.get(api_version, kind, name, namespace, timeout_s=timeout_s)
+        except NotFound:
+            return None
 
     async def list_all(self, api_version: str, kind: str, namespace: str | None = None, *,
                        label_selector: str = "", field_selector: str = "", limit: int = 500,

@@ -15,15 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tether.local import discovery, openapi, selectors, tables, watching
+from tether.local import discovery, openapi, tables, watching
 from tether.local.errors import ApiError, bad_request, expired, method_not_allowed, path_not_found
-from tether.local.http import Reply, Request, Response, StreamResponse
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import Registry, ResourceType
+from tether.net.httpserver import Reply, Request, Response, StreamResponse
+from tether.objects import Obj, selectors
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 SERVER_VERSION = {
     "major": "1",

@@ -15,13 +15,13 @@ from tether.local import components
 from tether.local import tokens as sa_tokens
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
-from tether.local.http import HttpServer
 from tether.local.netns import fabric_for
 from tether.local.network import ClusterNetwork, NetworkError, choose_mode, claim_index
 from tether.local.operations import Operations, WriteOptions
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.local.resources import Registry
 from tether.local.store import Store
+from tether.net.httpserver import HttpServer
 
 log = logging.getLogger(__name__)
 

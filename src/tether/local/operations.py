@@ -28,10 +28,9 @@ from tether.local.errors import (
 )
 from tether.local.resources import Registry, ResourceType
 from tether.local.store import KeyExists, KeyMissing, RevisionMismatch, Store
+from tether.objects import Obj, times
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 PATCH_TYPES = (
     "application/json-patch+json",
@@ -181,7 +180,7 @@ class Operations:
         if not opts.manager:
             return new
         return patching.record_update(
-            old, new, manager=opts.manager, api_version=rt.group_version, now=objects.now_rfc3339(),
+            old, new, manager=opts.manager, api_version=rt.group_version, now=times.now_rfc3339(),
             schema=patching.merge_schema_for(rt.group, rt.kind), subresource=subresource,
         )
 
@@ -213,7 +212,7 @@ class Operations:
         meta["uid"] = objects.new_uid()
         if rt.group == "batch" and rt.kind == "Job":
             objects.default_job_selector(obj)
-        meta["creationTimestamp"] = objects.now_rfc3339()
+        meta["creationTimestamp"] = times.now_rfc3339()
         if rt.has_generation or rt.crd:
             meta["generation"] = 1
         if rt.group == "apiextensions.k8s.io":
@@ -427,7 +426,7 @@ class Operations:
             merged = copy.deepcopy(current)
             merged["status"] = patching.apply_merge_patch(current.get("status") or {}, applied.get("status") or {})
             return self._write_update(rt, current, merged, opts, subresource="status"), False
-        now = objects.now_rfc3339()
+        now = times.now_rfc3339()
         try:
             result = patching.server_side_apply(
                 current, applied, manager=opts.manager, force=opts.force, api_version=rt.group_version,
@@ -482,7 +481,7 @@ class Operations:
         if grace > 0:
             meta["deletionGracePeriodSeconds"] = grace
         if not meta.get("deletionTimestamp") and (self._finalizers(rt, new) or grace > 0):
-            meta["deletionTimestamp"] = objects.now_rfc3339()
+            meta["deletionTimestamp"] = times.now_rfc3339()
             meta.setdefault("deletionGracePeriodSeconds", 0)
             if rt.group == "" and rt.kind == "Namespace":
                 new.setdefault("status", {})["phase"] = "Terminating"

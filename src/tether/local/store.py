@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Obj = dict[str, Any]
+from tether.objects import Obj
 
 WATCH_QUEUE_LIMIT = 10_000
 HISTORY_PAGE = 1_000

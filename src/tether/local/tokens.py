@@ -53,19 +53,17 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 
 from tether.engine import Engine, RequeueAfter
 from tether.kube.config import SERVICE_ACCOUNT_DIR
-from tether.local import objects
 from tether.local.errors import ApiError, bad_request, method_not_allowed
-from tether.local.http import Reply, Request, Response
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
 from tether.local.store import Store, WatchOverflow
+from tether.net.httpserver import Reply, Request, Response
+from tether.objects import Obj, times
 
 if TYPE_CHECKING:
     from tether.local.cluster import Component, LocalCluster
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 KEY_FILE = "sa.key"
@@ -481,7 +479,7 @@ class TokenRequestHandler:
         answer = {
             "kind": "TokenRequest",
             "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": objects.now_rfc3339()},
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": times.now_rfc3339()},
             "spec": spec,
             "status": {"token": token, "expirationTimestamp": expires},
         }

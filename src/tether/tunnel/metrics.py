@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tether.metrics import Histogram
+from tether.net.metrics import Histogram
 
 PREFIX = "konnectivity_network_proxy"
 SERVER_DIAL_BUCKETS = (1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5)

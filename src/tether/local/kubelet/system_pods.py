@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether import __version__
-from tether.local import objects
 from tether.local.componentlog import ComponentLog, klog
 from tether.local.errors import ApiError
 from tether.local.nodes.shape import KUBELET_VERSION, node_name
 from tether.local.operations import Operations, WriteOptions
 from tether.local.tokens import ISSUER, MIRROR_ANNOTATION
+from tether.objects import times
 
 if TYPE_CHECKING:
     from tether.local.cluster import Component, LocalCluster
@@ -252,7 +252,7 @@ class SystemPods:
             return True
         for component in STATIC:
             if self.ops.store.get("/pods", NAMESPACE, f"{component}-{node['metadata']['name']}") is None:
-                self._create("pods", "", static_pod(component, node, self._plane(), objects.now_rfc3339()))
+                self._create("pods", "", static_pod(component, node, self._plane(), times.now_rfc3339()))
         return True
 
     def _announce(self) -> None:

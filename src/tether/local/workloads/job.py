@@ -32,22 +32,21 @@ from tether.local.errors import ApiError
 from tether.local.workloads.common import (
     Note,
     NsName,
-    Obj,
     active,
     condition,
     controlled_by,
     int_field,
     meta,
-    parse_time,
     phase,
     pod_from_template,
     ready,
-    rfc3339,
     set_condition,
     terminating,
 )
 from tether.local.workloads.replicaset import deletion_order
 from tether.local.workloads.runtime import PODS, Controller
+from tether.objects import Obj
+from tether.objects.times import parse_time, rfc3339
 
 RESOURCE = "batch/jobs"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

@@ -17,7 +17,6 @@ One TaskGroup, three parts:
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,18 +33,18 @@ from tether.federation.health import (
     find_condition,
     observed_condition,
     probe,
-    rfc3339,
     with_condition,
 )
 from tether.federation.metrics import HubMetrics
 from tether.federation.propagation import HubInformers
-from tether.kube import Informer, KubeClient, KubeError
+from tether.kube import Informer, KubeClient, KubeError, NotFound
+from tether.objects import Obj
+from tether.objects.times import micro_time, rfc3339
 from tether.tunnel.agent import AgentConfig, TunnelAgent
 from tether.tunnel.tls import ClientTLS
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 FIELD_MANAGER = "tether-agent"
 LEASE_API = "coordination.k8s.io/v1"
 
@@ -62,10 +61,6 @@ class AgentSettings:
     tunnel_server_name: str = ""
     token_path: str = ""  # file holding the agent's hub token (the tunnel's bearer)
     tunnel_insecure: bool = False  # plain TCP to the tunnel (tests only)
-
-
-def micro_time(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def member_host(server: str) -> str:
@@ -167,9 +162,7 @@ class PullAgent:
             await self.hub.patch(LEASE_API, "Lease", s.cluster, {"spec": spec},
                                  namespace=HUB_NAMESPACE, field_manager=FIELD_MANAGER,
                                  timeout_s=s.probe_timeout_s)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             await self.hub.create({"apiVersion": LEASE_API, "kind": "Lease",
                                    "metadata": {"name": s.cluster, "namespace": HUB_NAMESPACE},
                                    "spec": spec}, field_manager=FIELD_MANAGER)
