@@ -330,7 +330,7 @@ async def test_errors_made_by_the_proxy() -> None:
         health = await s.get("/healthz", token=None)
         assert health.status_code == 200
         metrics = (await s.get("/metrics", token=None)).text
-        assert 'tether_cluster_proxy_requests_total{outcome="unauthorized"} 3' in metrics
+        assert 'tether_cluster_proxy_requests_total{outcome="unauthorized"} 3.0' in metrics
 
 
 @pytest.mark.parametrize("peer", [None, {}])

@@ -236,15 +236,24 @@ def test_automount_false_is_honoured(clusters: Any, ns: str) -> None:
 # pods of the tether image ----------------------------------------------------------------------------
 
 
-def whoami_pod(ns: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "who", "namespace": ns},
-            "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "tether", "image": "ghcr.io/tether-dev/tether:0.1.0",
-                "args": ["whoami", "--in-cluster", "--pods"]}]}}
+def whoami_pod(ns: str) -> list[dict[str, Any]]:
+    """The tether pod, and what its ServiceAccount needs to list pods (RBAC is enforced)."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        {"apiVersion": rbac, "kind": "Role", "metadata": {"name": "pod-reader", "namespace": ns},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": "pod-reader", "namespace": ns},
+         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "pod-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}]},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "who", "namespace": ns},
+         "spec": {"restartPolicy": "Never", "containers": [{
+             "name": "tether", "image": "ghcr.io/tether-dev/tether:0.1.0",
+             "args": ["whoami", "--in-cluster", "--pods"]}]}},
+    ]
 
 
 def run_whoami(clusters: Any, ns: str) -> str:
-    clusters.kubectl("create", "-f", "-", input=manifest(whoami_pod(ns)))
+    clusters.kubectl("create", "-f", "-", input=manifest(*whoami_pod(ns)))
 
     def finished() -> str | None:
         phase = clusters.kubectl_json("get", "pod", "who", "-n", ns)["status"].get("phase")

@@ -83,7 +83,7 @@ def test_python_pod_runs_a_script_from_a_configmap_in_netns_mode(cluster: Cluste
 
 
 def test_tether_pod_reaches_the_api_through_the_kubernetes_service(cluster: Cluster) -> None:
-    cluster.kubectl("create", "-f", "-", input=manifest(whoami_pod("default")))
+    cluster.kubectl("create", "-f", "-", input=manifest(*whoami_pod("default")))
     poll(lambda: cluster.json("get", "pod", "who")["status"].get("phase") in ("Succeeded", "Failed"),
          timeout=TIMEOUT_S, interval=0.5, what="the tether pod to finish")
     out = cluster.kubectl("logs", "who").stdout

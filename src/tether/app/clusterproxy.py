@@ -38,7 +38,7 @@ from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
 from tether.kube import ConnectOptions, KubeClient, KubeError, NotFound, Unreachable
-from tether.net import daemon
+from tether.net import daemon, metrics
 from tether.net.httpserver import (
     HttpServer,
     Reply,
@@ -273,10 +273,9 @@ class ProxyServer:
             return _reply(cp.failure(500, "InternalError", f"Internal error occurred: {exc}"))
 
     def metrics(self) -> str:
-        lines = ["# TYPE tether_cluster_proxy_requests_total counter"]
-        for outcome, count in sorted(self.proxy.counts.items()):
-            lines.append(f'tether_cluster_proxy_requests_total{{outcome="{outcome}"}} {count}')
-        return "\n".join(lines) + "\n"
+        return metrics.render([metrics.counter(
+            "tether_cluster_proxy_requests_total", "Cluster proxy requests, by outcome.",
+            {(("outcome", outcome),): count for outcome, count in self.proxy.counts.items()})])
 
     async def publish(self) -> None:
         """Tell `tether kubeconfig` where this proxy is (ConfigMap on the host)."""

@@ -24,5 +24,7 @@ class HubConfig:
     tunnel_bind_address: str = ""
     tunnel_advertise: str = ""  # HOST[:PORT] agents dial [default: 127.0.0.1:<agent port>]
     tunnel_certs: Path | None = None  # a `tether certs` output directory
+    # CONNECT destinations beyond each pull member's API endpoint (destinations.parse_patterns)
+    tunnel_allowed_destinations: tuple[str, ...] = ()
     data_dir: Path | None = None
     proxy_port: int | None = None  # the cluster proxy (clusters/{name}/proxy); None: not served

@@ -5,7 +5,7 @@ bootstrap-token authenticator, which tether's local clusters do not have (and wh
 may not enable). tether therefore issues a *ServiceAccount* token with limited rights, named like
 kubeadm's: ServiceAccount `tether-system/tether-bootstrap-<id>` (annotated with its expiration),
 bound to the ClusterRole `tether:bootstrap` (create/get Clusters; ServiceAccounts, Secrets,
-Namespaces, Leases in `tether-system` and the execution namespaces), and a TokenRequest token for
+Namespaces, ConfigMaps; the agent's ClusterRole, Role and their bindings), and a TokenRequest token for
 it with `expirationSeconds` = the TTL. The printed token is `<id>.<jwt>` (the id names the
 ServiceAccount; the JWT is what authenticates). `token create` deletes expired bootstrap
 ServiceAccounts, which revokes their tokens; `tether token delete ID` revokes one at once.
@@ -124,7 +124,7 @@ def bootstrap_role() -> Obj:
                                               "configmaps"],
              "verbs": ["get", "create", "patch"]},
             {"apiGroups": ["rbac.authorization.k8s.io"],
-             "resources": ["clusterroles", "clusterrolebindings"],
+             "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"],
              "verbs": ["get", "create", "patch", "bind", "escalate"]},
         ],
     }

@@ -22,7 +22,7 @@ aggregated API server:
   impersonation (`auto`: when a SelfSubjectAccessReview on the member says the token may
   `impersonate users`; `always`; `never`) the request carries `Impersonate-User`/`-Group` =
   the caller (without `system:authenticated`/`system:unauthenticated`), so the member's RBAC
-  judges the caller, as in Karmada. Local clusters do not enforce RBAC (nor impersonation).
+  judges the caller, as in Karmada (local clusters enforce both, as real ones).
 - **Answers**: a member's answer is streamed as it arrives, one chunk per read (`logs -f`,
   `get -w`); upgrades (exec, attach, port-forward) are relayed as raw bytes after the member's
   `101`. Our own errors are Kubernetes `Status` objects: 401, 403, 404 (no such cluster), 503

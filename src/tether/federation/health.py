@@ -241,13 +241,35 @@ def format_bytes(amount: float) -> str:
 # talking to members ---------------------------------------------------------------------------
 
 
+PROXY_HEADER_PREFIX = "proxyHeader."  # credentials Secret keys: headers for spec.proxyURL
+
+
+def proxy_headers(spec: Mapping[str, Any], secret_data: Mapping[str, Any]) -> dict[str, str] | None:
+    """Headers for the CONNECT to `spec.proxyURL`: Karmada's `spec.proxyHeader`, plus the
+    credentials Secret's `proxyHeader.<Name>` keys (secret ones, such as the hub tunnel's
+    `Proxy-Authorization`, which a Cluster's spec would show to every reader)."""
+    headers = spec.get("proxyHeader") or {}
+    out = {str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else {}
+    for key, value in secret_data.items():
+        name = str(key)[len(PROXY_HEADER_PREFIX):]
+        if not str(key).startswith(PROXY_HEADER_PREFIX) or not name:
+            continue
+        try:
+            text = base64.b64decode(str(value)).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if not any(c in text for c in "\r\n\0"):
+            out[name] = text
+    return out or None
+
+
 def member_credentials(cluster: Mapping[str, Any], secret: Mapping[str, Any]) -> ClusterCredentials:
-    """Credentials for a push member from its Cluster and hub Secret (`token`, `caBundle`)."""
+    """Credentials for a push member from its Cluster and hub Secret (`token`, `caBundle`,
+    `proxyHeader.<Name>`)."""
     spec = cluster.get("spec") or {}
     data = secret.get("data") or {}
     token = base64.b64decode(data.get("token", "")).decode()
     ca = base64.b64decode(data["caBundle"]) if data.get("caBundle") else None
-    headers = spec.get("proxyHeader") or {}
     return ClusterCredentials.from_token(
         server=str(spec.get("apiEndpoint", "")),
         token=token,
@@ -255,7 +277,7 @@ def member_credentials(cluster: Mapping[str, Any], secret: Mapping[str, Any]) ->
         name=str(cluster.get("metadata", {}).get("name", "")),
         insecure=bool(spec.get("insecureSkipTLSVerification")),
         proxy_url=spec.get("proxyURL") or None,
-        proxy_headers={str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else None,
+        proxy_headers=proxy_headers(spec, data),
     )
 
 

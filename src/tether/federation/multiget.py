@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.federation.crds import CLUSTER_API_VERSION
-from tether.federation.health import HUB_NAMESPACE
+from tether.federation.health import HUB_NAMESPACE, proxy_headers
 from tether.federation.typeconfig import (
     ApiType,
     FederationTypeError,
@@ -59,13 +59,13 @@ class Members:
 
 def _client_for(cluster: Mapping[str, Any], secret: Mapping[str, Any], timeout_s: float) -> KubeClient:
     spec = cluster.get("spec") or {}
-    headers = spec.get("proxyHeader") or {}
+    data = secret.get("data") or {}
     credentials = ClusterCredentials.from_secret_data(
-        secret.get("data") or {}, server=str(spec.get("apiEndpoint", "")),
+        data, server=str(spec.get("apiEndpoint", "")),
         name=str(cluster["metadata"]["name"]),
         insecure=bool(spec.get("insecureSkipTLSVerification")),
         proxy_url=spec.get("proxyURL") or None,
-        proxy_headers={str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else None)
+        proxy_headers=proxy_headers(spec, data))
     return KubeClient(credentials, retry=RetryPolicy(attempts=1), timeout_s=timeout_s)
 
 

@@ -382,9 +382,13 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
             if not keep_resources:
                 deleted = await delete_managed(member)
                 steps += [f"member: deleted {d}" for d in deleted]
-            for api_version, kind, obj_name, namespace in _member_cleanup(name, uses_own_token):
-                if await _delete(member, api_version, kind, obj_name, namespace):
-                    steps.append(f"member: deleted {kind} {namespace + '/' if namespace else ''}{obj_name}")
+            if uses_own_token and await _hand_over_to_gc(member, name):
+                steps.append(f"member: deleted ClusterRoleBinding {role_name(name)} (its ClusterRole, "
+                             "ServiceAccount and token Secret follow by garbage collection)")
+            else:
+                for api_version, kind, obj_name, namespace in _member_cleanup(name, uses_own_token):
+                    if await _delete(member, api_version, kind, obj_name, namespace):
+                        steps.append(f"member: deleted {kind} {namespace + '/' if namespace else ''}{obj_name}")
         except KubeError as exc:
             if not force:
                 raise RegistryError(f"cleaning up the member failed: {exc}; retry, or pass --force "
@@ -415,6 +419,33 @@ def _hub_cleanup(name: str) -> list[tuple[str, str, str, str | None]]:
         ("v1", "Secret", name, HUB_NAMESPACE),
         (CLUSTER_API_VERSION, "Cluster", name, None),
     ]
+
+
+async def _hand_over_to_gc(member: KubeClient, name: str) -> bool:
+    """Remove the join's access with its own token: False when its binding is already gone.
+
+    Under RBAC the first deletion of the binding, role or account ends the token's access, so
+    nothing could be deleted after it. The role and the account are made dependents of the
+    binding first (ownerReferences, which RBAC does not count as a grant) and the binding is
+    deleted last: the member's garbage collector removes the role and the account, and its
+    token controller the token Secret.
+    """
+    rbac = "rbac.authorization.k8s.io/v1"
+    binding = await member.get_or_none(rbac, "ClusterRoleBinding", role_name(name))
+    if binding is None:
+        return False
+    owner = {"metadata": {"ownerReferences": [
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "name": role_name(name),
+         "uid": binding["metadata"]["uid"]}]}}
+    for path in (f"/apis/{rbac}/clusterroles/{role_name(name)}",
+                 f"/api/v1/namespaces/{MEMBER_NAMESPACE}/serviceaccounts/{service_account_name(name)}"):
+        try:
+            await member.request("PATCH", path, body=owner, content_type="application/merge-patch+json",
+                                 params={"fieldManager": FIELD_MANAGER})
+        except NotFound:
+            pass
+    await _delete(member, rbac, "ClusterRoleBinding", role_name(name))
+    return True
 
 
 def _member_cleanup(name: str, uses_own_token: bool) -> list[tuple[str, str, str, str | None]]:

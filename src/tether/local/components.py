@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 def build(cluster: LocalCluster) -> list[Component]:
     from tether.local import kubelet, nodes, services, tokens, workloads
     from tether.local.kubelet import system_pods
+    from tether.local.rbac import component as rbac
 
     parts: list[Component] = []
     parts += services.build(cluster)  # Service IPs, Endpoints/EndpointSlices, service proxy, DNS
@@ -22,5 +23,6 @@ def build(cluster: LocalCluster) -> list[Component]:
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
     parts += tokens.build(cluster)  # ServiceAccount tokens, TokenRequest, default SA, root CA
+    parts += rbac.build(cluster)  # ClusterRole aggregation (admin/edit/view and custom ones)
     parts.append(system_pods.build(cluster, parts))  # the parts above as pods in kube-system
     return parts

@@ -23,6 +23,7 @@ from tether.local.errors import (
     bad_request,
     conflict,
     invalid,
+    method_not_allowed,
     not_found,
     unsupported_media_type,
 )
@@ -44,7 +45,10 @@ NAMESPACE_FINALIZER = "kubernetes"
 ORPHAN_FINALIZER = "orphan"
 FOREGROUND_FINALIZER = "foregroundDeletion"
 CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
-REVIEW_KINDS = frozenset({"SelfSubjectAccessReview", "SubjectAccessReview", "SelfSubjectReview", "TokenReview"})
+# Never stored. The API server answers all but TokenReview itself (local/rbac/reviews.py): they
+# need the caller's identity and the authorizer.
+REVIEW_KINDS = frozenset({"SelfSubjectAccessReview", "SubjectAccessReview", "LocalSubjectAccessReview",
+                          "SelfSubjectRulesReview", "SelfSubjectReview", "TokenReview"})
 
 
 @dataclass(frozen=True)
@@ -246,11 +250,8 @@ class Operations:
         raise ApiError(500, "InternalError", "could not generate a unique name")
 
     def _review(self, rt: ResourceType, obj: Obj, opts: WriteOptions) -> Obj:
-        # Authorization is not enforced by local clusters; say so honestly.
-        if rt.kind in ("SelfSubjectAccessReview", "SubjectAccessReview"):
-            obj["status"] = {"allowed": True, "reason": "tether local clusters do not enforce RBAC"}
-        elif rt.kind == "SelfSubjectReview":
-            obj["status"] = {"userInfo": {"username": opts.user, "groups": groups_of(opts.user)}}
+        if rt.kind != "TokenReview":
+            raise method_not_allowed(f"{rt.kind} is answered by the API server only")
         else:  # TokenReview: about the token in the request, not about the caller
             token = str((obj.get("spec") or {}).get("token") or "")
             user = self.token_review(token) if token else None
@@ -544,7 +545,8 @@ ADMIN_USER = "tether-admin"
 
 
 def groups_of(user: str) -> list[str]:
-    """The groups a local cluster puts its users in (it stores RBAC but does not enforce it)."""
+    """The groups of a token's user: the admin token's is `system:masters`, a ServiceAccount's
+    are its fixed groups; every token user is `system:authenticated`."""
     if user == ADMIN_USER:
         return ["system:masters", "system:authenticated"]
     if user.startswith("system:serviceaccount:"):

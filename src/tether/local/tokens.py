@@ -21,8 +21,7 @@ What the real control plane does, in one module:
   kube-apiserver's `--service-account-extend-token-expiration` does for clients that never
   re-read the file.
 
-RBAC is not enforced by local clusters: a ServiceAccount token authenticates, and every
-authenticated user may do everything. Roles and bindings are stored, never evaluated.
+What a ServiceAccount may do is RBAC's to decide (local/rbac/).
 """
 
 from __future__ import annotations
