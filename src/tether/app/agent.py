@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tether.app.pullagent import AgentSettings, PullAgent
 from tether.app.signals import run_until_signal
+from tether.federation.registry import controller_rules
 from tether.kube import ClusterCredentials, KubeClient
 from tether.net import daemon
 
@@ -154,7 +155,9 @@ def stop_background(directory: Path, *, stop_s: float = STOP_S) -> int | None:
 
 def manifest(files: AgentFiles, *, token: str, hub_ca: bytes, tunnel_ca: bytes,
              image: str = IMAGE, namespace: str = "tether-system") -> str:
-    """Namespace, ServiceAccount (+ ClusterRole/Binding), Secret and Deployment for the agent."""
+    """Namespace, ServiceAccount (+ ClusterRole/Binding: what the agent's Work executor and
+    status reports need, no impersonation, no RBAC escalation), Secret and Deployment for the
+    agent."""
     import base64
 
     import yaml
@@ -173,9 +176,7 @@ def manifest(files: AgentFiles, *, token: str, hub_ca: bytes, tunnel_ca: bytes,
          "metadata": {"name": name, "namespace": namespace, "labels": labels}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": name, "labels": labels},
-         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                   {"nonResourceURLs": ["/healthz", "/readyz", "/livez", "/version"],
-                    "verbs": ["get"]}]},
+         "rules": controller_rules(impersonate=False)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": name, "labels": labels},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},

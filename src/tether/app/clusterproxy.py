@@ -7,11 +7,16 @@ for Pull clusters (`tether.tunnel.client`), and a small hub PKI.
 Hub PKI and discovery, kept on the host cluster so any admin of the host can get a kubeconfig:
 - Secret `tether-system/tether-cluster-proxy-pki`: `ca.crt`, `ca.key` (EC P-256, 10 years) and
   `admin-token` (the hub's admin bearer token), created by the first `tether proxy serve`.
+  Whoever reads it can sign any identity, `system:masters` included, so it is an admin secret:
+  tether grants no Role on Secrets in `tether-system` to anyone (see docs/security.md); only the
+  host's admins and the identity the hub runs with can read it.
 - ConfigMap `tether-system/tether-cluster-proxy`: `server` (the proxy's https URL) and `ca.crt`,
   written by `tether proxy serve` once it listens.
 The serving certificate is issued at each start (SANs: 127.0.0.1, localhost, the advertised
 address). `tether kubeconfig NAME` asks the host who the caller is (SelfSubjectReview) and issues
-a client certificate for that identity (CN = user, O = groups, 24 h by default).
+a client certificate for that identity (CN = user, O = groups, 24 h by default); with `--user`
+(and `--group`) an admin issues one for someone else. What the certificate may do is decided
+per request: the hub's RBAC on `clusters/proxy`, then the member's RBAC for that user.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from tether.app.signals import HARD_EXIT_MARGIN_S, stop_on_signals
 from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
-from tether.kube import ConnectOptions, KubeClient, KubeError, NotFound, Unreachable
+from tether.kube import ConnectOptions, Forbidden, KubeClient, KubeError, NotFound, Unreachable
 from tether.net import daemon, metrics
 from tether.net.httpserver import (
     HttpServer,
@@ -105,6 +110,11 @@ async def load_pki(host: KubeClient, *, create: bool) -> HubPki:
     """The hub proxy PKI from the host cluster, created (once) when `create`."""
     try:
         found = _pki_from_secret(await host.get("v1", "Secret", PKI_SECRET, HUB_NAMESPACE))
+    except Forbidden:
+        raise ProxySetupError(
+            f"only the hub's admins may use the cluster proxy CA (Secret {HUB_NAMESPACE}/"
+            f"{PKI_SECRET}): ask one to run `tether kubeconfig NAME --user YOU [--group G]` "
+            "for you, or use a bearer token the hub accepts (docs/cluster-proxy.md)") from None
     except NotFound:
         found = None
     if found is not None:
@@ -180,7 +190,6 @@ class ProxyConfig:
     port: int = 8443
     advertise_address: str = ""  # [default: the bind address]
     tunnel: TunnelConfig | None = None
-    impersonate: cp.Impersonation = "auto"
     request_timeout_s: float = cp.REQUEST_TIMEOUT_S
     stream_idle_timeout_s: float = cp.STREAM_IDLE_TIMEOUT_S
     shutdown_s: float = SHUTDOWN_S
@@ -215,8 +224,7 @@ class ProxyServer:
         self.pki = pki
         self.config = config
         self.proxy = cp.ClusterProxy(
-            host, connect_for=TunnelRoutes(config.tunnel), impersonate=config.impersonate,
-            admin_token=pki.admin_token, request_timeout_s=config.request_timeout_s,
+            host, connect_for=TunnelRoutes(config.tunnel), admin_token=pki.admin_token, request_timeout_s=config.request_timeout_s,
             stream_idle_timeout_s=config.stream_idle_timeout_s, cluster_source=cluster_source)
         advertise = config.advertise_address or config.bind_address
         sans = tuple(dict.fromkeys(("127.0.0.1", "localhost", advertise)))
@@ -273,9 +281,13 @@ class ProxyServer:
             return _reply(cp.failure(500, "InternalError", f"Internal error occurred: {exc}"))
 
     def metrics(self) -> str:
-        return metrics.render([metrics.counter(
-            "tether_cluster_proxy_requests_total", "Cluster proxy requests, by outcome.",
-            {(("outcome", outcome),): count for outcome, count in self.proxy.counts.items()})])
+        return metrics.render([
+            metrics.counter("tether_cluster_proxy_requests_total", "Cluster proxy requests, by outcome.",
+                            {(("outcome", outcome),): count for outcome, count in self.proxy.counts.items()}),
+            metrics.counter("tether_cluster_proxy_access_reviews_total",
+                            "SubjectAccessReviews the cluster proxy sent to the hub.",
+                            {(): self.proxy.reviews}),
+        ])
 
     async def publish(self) -> None:
         """Tell `tether kubeconfig` where this proxy is (ConfigMap on the host)."""
@@ -369,9 +381,11 @@ def default_kubeconfig_path(name: str, context: str) -> Path:
 
 
 async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None, *,
-                           server: str = "", ttl: datetime.timedelta = CLIENT_TTL) -> Path:
+                           server: str = "", ttl: datetime.timedelta = CLIENT_TTL,
+                           user: str = "", groups: tuple[str, ...] = ()) -> Path:
     """A kubeconfig for cluster `name` through the hub's proxy, for whoever the host
-    credentials are; returns its path (mode 0600)."""
+    credentials are (or for `user` in `groups`, issued by an admin); returns its path (mode
+    0600)."""
     if not cp.valid_cluster_name(name):
         raise ProxySetupError(f"{name!r} is not a cluster name")
     try:
@@ -386,10 +400,16 @@ async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None,
             raise ProxySetupError("no cluster proxy has announced itself on this hub; start "
                                   "`tether proxy serve` (or pass --server)") from None
         server = str((info.get("data") or {}).get("server") or "")
-    user, groups = await caller_identity(host)
+    context = host.credentials.context
+    if user:
+        context = f"{context}-{user}"  # someone else's: not in the admin's own file
+    else:
+        if groups:
+            raise ProxySetupError("--group needs --user (the certificate's user name)")
+        user, groups = await caller_identity(host)
     cert_pem, key_pem = pki.issue(user, organizations=groups, validity=ttl)
     doc = build_kubeconfig(name, server, pki.ca_cert_pem, cert_pem, key_pem)
-    path = out or default_kubeconfig_path(name, host.credentials.context)
+    path = out or default_kubeconfig_path(name, context)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

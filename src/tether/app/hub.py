@@ -1,7 +1,8 @@
 """`tether hub run`: every hub controller in one process, under one TaskGroup.
 
 Parts: the shared host informers (Clusters, Works), the cluster health controller, the KubeFed
-and Karmada sync controllers, the push-mode Work executor, and a small HTTP server on 127.0.0.1
+and Karmada sync controllers, the push-mode Work executor, the registry controller (decides pull
+members' registration requests), and a small HTTP server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -34,6 +35,7 @@ from tether.federation.propagation import (
     KubeFedController,
     cluster_info,
 )
+from tether.federation.registrations import RegistrationController
 from tether.kube import KubeClient
 from tether.net.httpserver import HttpServer, Request, Response
 
@@ -54,6 +56,7 @@ class Hub:
         self.kubefed = KubeFedController(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.karmada = KarmadaController(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)
+        self.registrations = RegistrationController(host)
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
@@ -108,6 +111,7 @@ class Hub:
                 group.create_task(self.kubefed.run())
                 group.create_task(self.karmada.run())
                 group.create_task(self.executor.run())
+                group.create_task(self.registrations.run())
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())

@@ -2,8 +2,9 @@
 
 One TaskGroup, three parts:
 - **status**: every `period_s` (10 s) probe the member (`health.probe`: `/readyz`, `/healthz`),
-  renew the Lease `tether-system/<cluster>` on the hub (the hub's health controller turns the
-  Cluster Unknown when it goes stale) and write the Cluster's status: Ready condition,
+  renew the Lease `tether-system/<cluster>` on the hub (the registry controller creates it; the
+  agent may only renew its own; the hub's health controller turns the Cluster Unknown when it
+  and the status heartbeat go stale) and write the Cluster's status: Ready condition,
   `lastHeartbeatTime`, kubernetesVersion, nodeSummary, resourceSummary, apiEnablements
   (`health.collect_status`);
 - **works**: the push executor (`execution.WorkExecutor`) restricted to this cluster, watching
@@ -134,7 +135,10 @@ class PullAgent:
         s = self.settings
         result = await probe(self.member, s.probe_timeout_s)
         now = self.clock()
-        await self._renew_lease(now)
+        try:
+            await self._renew_lease(now)
+        except KubeError as exc:  # the status below still carries the heartbeat
+            log.warning("cluster %s: cannot renew the Lease on the hub: %s", s.cluster, exc)
         cluster = await self.hub.get(CLUSTER_API_VERSION, "Cluster", s.cluster, timeout_s=s.probe_timeout_s)
         status: Obj = dict(cluster.get("status") or {})
         if result.healthy:

@@ -2,9 +2,14 @@
 
 Join, in the member (namespace `tether-system`):
   - ServiceAccount `tether-<name>` (Karmada's `karmada-<cluster>`; one per joined name, so two
-    hubs joining one member under the same name share it),
-  - ClusterRole and ClusterRoleBinding `tether-controller:tether-<name>`: `*` on `*`, and `get`
-    on `/healthz`, `/readyz`, `/livez`, `/version`,
+    hubs joining one member under the same name share it): the member credential the hub keeps,
+  - ClusterRole and ClusterRoleBinding `tether-controller:tether-<name>` (`controller_rules`):
+    what tether's controllers do in a member (read, write and delete any object they propagate,
+    health and discovery paths) plus `impersonate` on users, groups and serviceaccounts, which the
+    cluster proxy needs to send each request as its caller. Not `cluster-admin`: no
+    `escalate`/`bind`, so it cannot grant itself more through RBAC writes,
+  - ClusterRoleBinding `tether:hub-admins:<name>`: the group `tether:hub-admins` (what the hub's
+    admins are called in a member, see `tether.federation.clusterproxy`) to `cluster-admin`,
   - Secret `tether-<name>-token` of type `kubernetes.io/service-account-token`, waited for until
     the token controller fills it.
   These carry `cluster.tether.io/joined-as=<name>`, never `app.kubernetes.io/managed-by=tether`
@@ -40,6 +45,10 @@ UNJOIN_ANNOTATION = "cluster.tether.io/unjoin"  # "delete-resources" | "keep-res
 REGION_LABEL = "topology.kubernetes.io/region"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HEALTH_URLS = ("/healthz", "/readyz", "/livez", "/version")
+DISCOVERY_URLS = ("/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*")
+HUB_ADMINS_GROUP = "tether:hub-admins"
+CONTROLLER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete",
+                    "deletecollection")
 TOKEN_WAIT_S = 30.0
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -109,6 +118,26 @@ def validate_name(name: str) -> None:
                             "'-'), at most 48 characters")
 
 
+def hub_admins_binding(cluster: str) -> str:
+    return f"{HUB_ADMINS_GROUP}:{cluster}"
+
+
+def controller_rules(*, impersonate: bool) -> list[Obj]:
+    """What tether's controllers need in a member: every object they may propagate (any type,
+    which is why resources are `*`), the health and discovery paths, and for the hub's member
+    credential `impersonate` (the proxy acts as its callers). Note for readers: whoever may
+    impersonate any group may impersonate `system:masters`; the credential is kept where only
+    the hub's admins and the hub itself can read it."""
+    rules: list[Obj] = [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": list(CONTROLLER_VERBS)},
+        {"nonResourceURLs": [*HEALTH_URLS, *DISCOVERY_URLS], "verbs": ["get"]},
+    ]
+    if impersonate:
+        rules.append({"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"],
+                      "verbs": ["impersonate"]})
+    return rules
+
+
 def labels(name: str) -> dict[str, str]:
     return {JOINED_AS_LABEL: name, "app.kubernetes.io/part-of": "tether-registry"}
 
@@ -123,13 +152,18 @@ def member_objects(name: str) -> list[Obj]:
          "metadata": {"name": sa, "namespace": MEMBER_NAMESPACE, **meta}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": role_name(name), **meta},
-         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                   {"nonResourceURLs": list(HEALTH_URLS), "verbs": ["get"]}]},
+         "rules": controller_rules(impersonate=True)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": role_name(name), **meta},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                      "name": role_name(name)},
          "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": MEMBER_NAMESPACE}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": hub_admins_binding(name), **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "cluster-admin"},
+         "subjects": [{"kind": "Group", "name": HUB_ADMINS_GROUP,
+                       "apiGroup": "rbac.authorization.k8s.io"}]},
         {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
          "metadata": {"name": token_secret_name(name), "namespace": MEMBER_NAMESPACE,
                       "labels": labels(name),
@@ -382,6 +416,10 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
             if not keep_resources:
                 deleted = await delete_managed(member)
                 steps += [f"member: deleted {d}" for d in deleted]
+            if uses_own_token and await _delete(member, "rbac.authorization.k8s.io/v1",
+                                                "ClusterRoleBinding", hub_admins_binding(name)):
+                # not part of the credential's own access: deleted while that still holds
+                steps.append(f"member: deleted ClusterRoleBinding {hub_admins_binding(name)}")
             if uses_own_token and await _hand_over_to_gc(member, name):
                 steps.append(f"member: deleted ClusterRoleBinding {role_name(name)} (its ClusterRole, "
                              "ServiceAccount and token Secret follow by garbage collection)")
@@ -406,7 +444,7 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
 
 
 def _hub_cleanup(name: str) -> list[tuple[str, str, str, str | None]]:
-    """What join or register made on the hub, in deletion order. A pull agent's Role and
+    """What join or register made on the hub, in deletion order. A pull agent's Works Role and
     RoleBinding live in the execution namespace and go with it; deleting its ServiceAccount
     revokes the agent's token."""
     rbac = "rbac.authorization.k8s.io/v1"
@@ -414,6 +452,9 @@ def _hub_cleanup(name: str) -> list[tuple[str, str, str, str | None]]:
         ("v1", "Namespace", execution_namespace(name), None),
         (rbac, "ClusterRoleBinding", agent_role(name), None),
         (rbac, "ClusterRole", agent_role(name), None),
+        (rbac, "RoleBinding", agent_role(name), HUB_NAMESPACE),
+        (rbac, "Role", agent_role(name), HUB_NAMESPACE),
+        ("coordination.k8s.io/v1", "Lease", name, HUB_NAMESPACE),
         ("v1", "Secret", agent_token_secret(name), HUB_NAMESPACE),
         ("v1", "ServiceAccount", agent_account(name), HUB_NAMESPACE),
         ("v1", "Secret", name, HUB_NAMESPACE),
@@ -451,6 +492,7 @@ async def _hand_over_to_gc(member: KubeClient, name: str) -> bool:
 def _member_cleanup(name: str, uses_own_token: bool) -> list[tuple[str, str, str, str | None]]:
     rbac = "rbac.authorization.k8s.io/v1"
     steps: list[tuple[str, str, str, str | None]] = [
+        (rbac, "ClusterRoleBinding", hub_admins_binding(name), None),
         (rbac, "ClusterRoleBinding", role_name(name), None),
         (rbac, "ClusterRole", role_name(name), None),
     ]

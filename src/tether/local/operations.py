@@ -552,6 +552,8 @@ def groups_of(user: str) -> list[str]:
     if user.startswith("system:serviceaccount:"):
         namespace = user.split(":")[2]
         return ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+    if user.startswith("system:bootstrap:"):  # bootstrap tokens (their extra groups are not kept)
+        return ["system:bootstrappers", "system:authenticated"]
     return ["system:authenticated"]
 
 

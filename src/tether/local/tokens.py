@@ -19,7 +19,9 @@ What the real control plane does, in one module:
   a token bound to the pod (`pod_token`), which stops authenticating once the pod is gone.
   Asked for the admission's 3607 s, the token is valid for a year but rotated hourly, as
   kube-apiserver's `--service-account-extend-token-expiration` does for clients that never
-  re-read the file.
+  re-read the file;
+- bootstrap tokens (`tether.local.bootstrap_tokens`) authenticate as kube-apiserver's
+  bootstrap-token authenticator says, and the token controller deletes them once expired.
 
 What a ServiceAccount may do is RBAC's to decide (local/rbac/).
 """
@@ -52,6 +54,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 
 from tether.engine import Engine, RequeueAfter
 from tether.kube.config import SERVICE_ACCOUNT_DIR
+from tether.local import bootstrap_tokens
 from tether.local.errors import ApiError, bad_request, method_not_allowed
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
@@ -256,11 +259,15 @@ def check_claims(claims: Mapping[str, Any], store: Store, now: float) -> str | N
 
 def authenticator(store: Store, pki_dir: Path,
                   static: Callable[[str], str | None]) -> Callable[[str], str | None]:
-    """`tokens=` for `ApiServer`: static tokens first, then ServiceAccount JWTs."""
+    """`tokens=` for `ApiServer`: static tokens first, then bootstrap tokens, then
+    ServiceAccount JWTs."""
     signer = Signer.load_or_create(pki_dir)
 
     def check(token: str) -> str | None:
         user = static(token)
+        if user is None and bootstrap_tokens.TOKEN.match(token):
+            found = bootstrap_tokens.identity(token, store, time.time())
+            return None if found is None else found.username
         if user is not None or token.count(".") != 2:
             return user
         claims = signer.verify(token)
@@ -410,6 +417,15 @@ class TokenController:
         store = self.ops.store
         secret = store.get(SECRETS, namespace, name)
         if secret is None:
+            return
+        if secret.get("type") == bootstrap_tokens.SECRET_TYPE:  # kube-controller-manager's tokencleaner
+            cleanup = bootstrap_tokens.plan_cleanup(secret, time.time())
+            if cleanup.delete:
+                log.info("deleting expired bootstrap token %s/%s", namespace, name)
+                self._ignore_gone(lambda: self.ops.delete(self._rt(SECRETS), namespace, name, {},
+                                                          self._opts))
+            elif cleanup.recheck_s is not None:
+                raise RequeueAfter(cleanup.recheck_s)
             return
         annotations = secret["metadata"].get("annotations") or {}
         sa = store.get(SERVICEACCOUNTS, namespace, str(annotations.get(SA_NAME_ANNOTATION, "")))
