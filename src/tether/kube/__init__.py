@@ -12,7 +12,7 @@ from tether.kube.client import (
     Upgraded,
     UpgradedStream,
 )
-from tether.kube.config import ClusterCredentials, KubeconfigError, load_kubeconfig
+from tether.kube.config import ClusterCredentials, KubeconfigError, in_cluster, load_kubeconfig
 from tether.kube.errors import (
     AlreadyExists,
     BadRequest,
@@ -82,6 +82,7 @@ __all__ = [
     "UpgradedStream",
     "WatchEvent",
     "error_from_status",
+    "in_cluster",
     "load_kubeconfig",
     "object_key",
     "strip_managed_fields",

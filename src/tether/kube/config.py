@@ -184,3 +184,51 @@ def load_kubeconfig(path: Path | None = None, context: str | None = None) -> Clu
         token=token,
         proxy_url=str(cluster["proxy-url"]) if cluster.get("proxy-url") else None,
     )
+
+
+# in-cluster --------------------------------------------------------------------------------------
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+MOUNT_ENV_PREFIX = "TETHER_MOUNT_"
+
+
+def mount_env_name(mount_path: str) -> str:
+    """The variable a local cluster's rootless kubelet sets to where a volume mounted at
+    `mount_path` really is (`/var/run/secrets/kubernetes.io/serviceaccount` ->
+    `TETHER_MOUNT_VAR_RUN_SECRETS_KUBERNETES_IO_SERVICEACCOUNT`)."""
+    name = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in mount_path).upper().strip("_")
+    return MOUNT_ENV_PREFIX + name
+
+
+def mounted_path(mount_path: str, environ: Mapping[str, str] | None = None) -> Path:
+    """Where the files a pod expects at `mount_path` are: there, unless a `TETHER_MOUNT_*`
+    variable says the kubelet could not put them there (rootless local clusters)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get(mount_env_name(mount_path)) or mount_path)
+
+
+def in_cluster(environ: Mapping[str, str] | None = None) -> ClusterCredentials:
+    """The credentials a pod has: the `kubernetes` Service from `KUBERNETES_SERVICE_HOST/PORT`,
+    its ServiceAccount's token, CA and namespace from the service-account directory, as
+    client-go's `rest.InClusterConfig` reads them."""
+    env = os.environ if environ is None else environ
+    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise KubeconfigError("not running in a cluster: KUBERNETES_SERVICE_HOST and "
+                              "KUBERNETES_SERVICE_PORT are not set; use a kubeconfig instead")
+    directory = mounted_path(SERVICE_ACCOUNT_DIR, env)
+    try:
+        token = (directory / "token").read_text().strip()
+        ca = (directory / "ca.crt").read_bytes()
+    except OSError as exc:
+        raise KubeconfigError(f"no service-account credentials in {directory}: {exc.strerror}; is "
+                              "automountServiceAccountToken false for this pod?") from None
+    try:
+        namespace = (directory / "namespace").read_text().strip() or "default"
+    except OSError:
+        namespace = "default"
+    server_host = f"[{host}]" if ":" in host else host
+    return ClusterCredentials(
+        context="in-cluster", server=f"https://{server_host}:{port}", namespace=namespace,
+        ca_pem=ca or None, insecure=False, client_cert_pem=None, client_key_pem=None, token=token,
+    )

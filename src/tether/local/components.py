@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def build(cluster: LocalCluster) -> list[Component]:
     from tether.local import apiservices, kubelet, metricsapi, nodes, services, tokens, workloads
+    from tether.local.kubelet import system_pods
     from tether.local.rbac import component as rbac
 
     parts: list[Component] = []
@@ -25,4 +26,5 @@ def build(cluster: LocalCluster) -> list[Component]:
     parts += tokens.build(cluster)  # ServiceAccount tokens, TokenRequest, default SA, root CA
     parts += rbac.build(cluster)  # ClusterRole aggregation (admin/edit/view and custom ones)
     parts += apiservices.build(cluster)  # the local APIServices, Available conditions
+    parts.append(system_pods.build(cluster, parts))  # the parts above as pods in kube-system
     return parts

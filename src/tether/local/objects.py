@@ -113,13 +113,17 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         _default_template(obj)
     elif group == "batch" and kind == "Job":
         spec = obj.setdefault("spec", {})
-        spec.setdefault("backoffLimit", 6)
-        spec.setdefault("completions", 1)
+        # Both unset: one pod, once. `parallelism` alone is a work queue: completions stay unset.
+        if "completions" not in spec and "parallelism" not in spec:
+            spec["completions"] = 1
         spec.setdefault("parallelism", 1)
+        spec.setdefault("backoffLimit", 6)
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
-        if not spec.get("podFailurePolicy"):
-            spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+        spec.setdefault("podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
+        template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
+        if template_labels and not obj.setdefault("metadata", {}).get("labels"):
+            obj["metadata"]["labels"] = dict(template_labels)
         _default_template(obj)
     elif group == "" and kind == "Service":
         spec = obj.setdefault("spec", {})

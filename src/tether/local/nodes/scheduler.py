@@ -105,6 +105,9 @@ def binding_handler(ops: Operations) -> SubresourceHandler:
     return handle
 
 
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
 class Scheduler:
     def __init__(self, ops: Operations) -> None:
         self.ops = ops
@@ -119,7 +122,10 @@ class Scheduler:
         if old is not None:
             self._counts[old] -= 1
         node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
-        if node and ((pod or {}).get("status") or {}).get("phase") not in TERMINAL_PHASES:
+        # Mirror pods stand for the cluster's own control plane (one process), not for load on
+        # their node: counting them would push every workload off the first node.
+        mirror = MIRROR_ANNOTATION in (((pod or {}).get("metadata") or {}).get("annotations") or {})
+        if node and not mirror and ((pod or {}).get("status") or {}).get("phase") not in TERMINAL_PHASES:
             self._node_of[key] = node
             self._counts[node] += 1
 
