@@ -61,7 +61,6 @@ def serve(
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     if impersonate not in ("auto", "always", "never"):
         raise typer.BadParameter("auto, always or never", param_hint="--impersonate")
     tunnel = None
