@@ -15,6 +15,7 @@ from tether.net.http1 import (
     encode_chunk,
     encode_connect,
     encode_request,
+    field_items,
     parse_fields,
     parse_request_head,
     request_body,
@@ -116,8 +117,8 @@ def test_a_body_in_pieces_is_taken_as_it_arrives() -> None:
 
 
 def test_headers_view_is_case_insensitive_and_keeps_repeats() -> None:
-    joined, fields = parse_fields([b"Warning: a", b"warning:b", b"X-One:  1 "])
-    view = Headers(joined, fields)
+    block = b"Warning: a\r\nwarning:b\r\nX-One:  1 "
+    view = Headers(parse_fields(block), field_items(block))
     assert view["WARNING"] == "a, b" and view.get("x-one") == "1" and "x-two" not in view
     assert view.multi_items() == [("Warning", "a"), ("warning", "b"), ("X-One", "1")]
 

@@ -7,7 +7,7 @@ One parser family for both ends of a connection:
   (`take_leftover`).
 - `parse_request_head` and `request_body`: what a server needs to read a request, with the
   framing rules it must enforce.
-- `BodyDecoder`: the body framing both use; `parse_fields`: header lines.
+- `BodyDecoder`: the body framing both use; `parse_fields`, `field_items`: header lines.
 - `encode_request`, `encode_connect`, `encode_chunk`: what a client writes.
 
 Framing is strict, because a message whose end two parties see in different places is how
@@ -39,6 +39,8 @@ _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _DIGITS = re.compile(r"[0-9]{1,19}")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\r\n\x00]")
+_FIELD = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n\x00]*"  # a token, a colon, no CR/LF/NUL after
+_FIELDS = re.compile(_FIELD + rb"(?:\r\n" + _FIELD + rb")*")
 _VERSION = re.compile(rb"HTTP/1\.[01]")
 _TARGET = re.compile(rb"[\x21-\x7e]+")  # printable ASCII, no space
 _TARGET_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
@@ -69,25 +71,35 @@ class UnsupportedCoding(ProtocolError):
 # headers ----------------------------------------------------------------------------------
 
 
-def parse_fields(lines: Sequence[bytes]) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
-    """Header lines (without CRLF) -> (lower-cased names, a repeated name's values joined by
-    ", "; every field as received, in order)."""
+def parse_fields(block: bytes) -> dict[str, str]:
+    """Header lines joined by CRLF (without the final one) -> lower-cased names, a repeated
+    name's values joined by ", ". `field_items` gives the fields as received."""
+    if not block:
+        return {}
+    if not _FIELDS.fullmatch(block):  # one pass over the block in C; the lines are trusted below
+        bad = next((line for line in block.split(b"\r\n") if not _FIELDS.fullmatch(line)), block)
+        raise ProtocolError(f"bad header line {bad[:60]!r}")
     joined: dict[str, str] = {}
-    fields: list[tuple[str, str]] = []
-    for line in lines:
-        name, sep, value = line.partition(b":")
-        if not sep or not _TOKEN.fullmatch(name) or _BAD_VALUE.search(value):
-            raise ProtocolError(f"bad header line {line[:60]!r}")
-        raw_name = name.decode("ascii")
-        text = value.strip(b" \t").decode("latin-1")
-        fields.append((raw_name, text))
-        key = raw_name.lower()
+    for line in block.decode("latin-1").split("\r\n"):
+        name, _, value = line.partition(":")
+        key = name.lower()
+        text = value.strip(" \t")
         joined[key] = f"{joined[key]}, {text}" if key in joined else text
-    return joined, tuple(fields)
+    return joined
+
+
+def field_items(block: bytes) -> tuple[tuple[str, str], ...]:
+    """Every field of a header block (checked by `parse_fields`) as received, in order."""
+    if not block:
+        return ()
+    pairs = (line.partition(":") for line in block.decode("latin-1").split("\r\n"))
+    return tuple((name, value.strip(" \t")) for name, _, value in pairs)
 
 
 def content_length(value: str) -> int:
     """A Content-Length value; a repeated header arrives joined ("2, 2"): fine when all agree."""
+    if value.isascii() and value.isdigit() and len(value) <= 19:
+        return int(value)
     values = {part.strip() for part in value.split(",")}
     if len(values) != 1:
         raise ProtocolError(f"bad Content-Length {value[:20]!r}")
@@ -239,10 +251,15 @@ class Answer:
     headers: dict[str, str]  # lower-case names; a repeated header's values joined by ", "
     body: bytes
     keep_alive: bool
-    fields: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    raw_fields: bytes = field(default=b"", compare=False, repr=False)  # the header block
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """Every header as received, repeated names included."""
+        return field_items(self.raw_fields)
 
 
 class ResponseParser:
@@ -256,7 +273,11 @@ class ResponseParser:
         self.connect_request = connect_request
         self.received_any = False
         self._buffer = bytearray()
-        self._head: Answer | None = None
+        self._status = 0  # 0 until the head is in
+        self._reason = ""
+        self._headers: dict[str, str] = {}
+        self._keep_alive = False
+        self._block = b""
         self._decoder: BodyDecoder | None = None
         self._done = False
 
@@ -266,7 +287,7 @@ class ResponseParser:
             self._buffer += data
         if self._done:
             return None
-        if self._head is None:
+        if not self._status:
             while True:
                 end = self._buffer.find(b"\r\n\r\n")
                 if end < 0:
@@ -285,7 +306,7 @@ class ResponseParser:
 
     @property
     def head_ready(self) -> bool:
-        return self._head is not None
+        return self._status != 0
 
     @property
     def complete(self) -> bool:
@@ -293,8 +314,8 @@ class ResponseParser:
 
     def head(self) -> Answer:
         """The answer so far, without its body (once `head_ready`)."""
-        assert self._head is not None
-        return self._head
+        assert self._status
+        return Answer(self._status, self._reason, self._headers, b"", self._keep_alive, self._block)
 
     def take_body(self) -> bytes:
         """The body bytes decoded so far and not yet taken (streaming use)."""
@@ -308,7 +329,7 @@ class ResponseParser:
 
     def feed_eof(self) -> Answer:
         """The connection ended: the answer if that completes it, else `IncompleteMessage`."""
-        if self._head is None:
+        if not self._status:
             raise IncompleteMessage("connection closed before the answer was complete"
                                     if self.received_any else "connection closed without an answer",
                                     received_any=self.received_any)
@@ -328,17 +349,17 @@ class ResponseParser:
 
     def _start(self, head: bytes) -> bool:
         """Read a head; False for a 1xx that another head follows."""
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
+        first, _, block = head.partition(b"\r\n")
+        parts = first.split(b" ", 2)
         if len(parts) < 2 or not _VERSION.fullmatch(parts[0]):
-            raise ProtocolError(f"not an HTTP/1.x status line: {lines[0][:60]!r}")
+            raise ProtocolError(f"not an HTTP/1.x status line: {first[:60]!r}")
         code = parts[1]
         if len(code) != 3 or not code.isdigit():
             raise ProtocolError(f"bad status code {code[:10]!r}")
         status = int(code)
         if 100 <= status < 200 and status != 101:
             return False
-        headers, fields = parse_fields(lines[1:])
+        headers = parse_fields(block)
         keep_alive = _keep_alive(parts[0], headers.get("connection", ""))
         decoder: BodyDecoder | None = None
         if (self.head_request or status in (101, 204, 304)
@@ -360,15 +381,16 @@ class ResponseParser:
             decoder = BodyDecoder(UNTIL_CLOSE)
             keep_alive = False
         self._decoder = decoder
-        self._head = Answer(status, parts[2].decode("latin-1") if len(parts) > 2 else "",
-                            headers, b"", keep_alive, fields)
+        self._status = status
+        self._reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
+        self._headers = headers
+        self._keep_alive = keep_alive
+        self._block = block
         return True
 
     def _answer(self) -> Answer:
-        head = self._head
-        assert head is not None
         body = bytes(self._decoder.body) if self._decoder is not None else b""
-        return Answer(head.status, head.reason, head.headers, body, head.keep_alive, head.fields)
+        return Answer(self._status, self._reason, self._headers, body, self._keep_alive, self._block)
 
 
 # requests (the server side) ---------------------------------------------------------------
@@ -380,7 +402,12 @@ class RequestHead:
     target: str
     version: str
     headers: dict[str, str]  # lower-case names; a repeated header's values joined by ", "
-    fields: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    raw_fields: bytes = field(default=b"", repr=False)  # the header block
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """Every header as received, repeated names included."""
+        return field_items(self.raw_fields)
 
     @property
     def keep_alive(self) -> bool:
@@ -392,14 +419,13 @@ def parse_request_head(head: bytes) -> RequestHead:
     HTTP/1.x`, then header fields; anything else is a `ProtocolError` (a server answers 400)."""
     if len(head) > MAX_HEAD_BYTES:
         raise ProtocolError(f"request head larger than {MAX_HEAD_BYTES} bytes")
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
+    first, _, block = head.partition(b"\r\n")
+    parts = first.split(b" ")
     if (len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not _TARGET.fullmatch(parts[1])
             or not _VERSION.fullmatch(parts[2])):
-        raise ProtocolError(f"bad request line {lines[0][:80]!r}")
-    headers, fields = parse_fields(lines[1:])
+        raise ProtocolError(f"bad request line {first[:80]!r}")
     return RequestHead(parts[0].decode("ascii"), parts[1].decode("ascii"),
-                       parts[2].decode("ascii"), headers, fields)
+                       parts[2].decode("ascii"), parse_fields(block), block)
 
 
 def request_body(head: RequestHead, *, limit: int | None = None) -> BodyDecoder | None:

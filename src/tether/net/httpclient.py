@@ -52,6 +52,7 @@ from tether.net.http1 import (
     encode_chunk,
     encode_connect,
     encode_request,
+    field_items,
 )
 
 Dialer = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
@@ -370,10 +371,15 @@ class StreamedAnswer:
         self.status = head.status
         self.reason = head.reason
         self.headers = head.headers
-        self.fields = head.fields
+        self.raw_fields = head.raw_fields
         self._pool = pool
         self._connection: _Connection | None = connection
         self._parser = parser
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """Every header as received, repeated names included."""
+        return field_items(self.raw_fields)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Body bytes (transfer coding removed) until the body ends."""
