@@ -270,6 +270,11 @@ class KubeClient:
                         tb: TracebackType | None) -> None:
         await self.close()
 
+    @property
+    def closed(self) -> bool:
+        """True once `close()` ran: every later call fails as `Unreachable`."""
+        return self._pool.closed
+
     async def close(self) -> None:
         await self._pool.close()
 

@@ -312,7 +312,13 @@ class ConnectionPool:
         raise TransportError(f"the proxy refused CONNECT {self.target}: {answer.status} "
                              f"{answer.reason}{': ' + message if message else ''}", sent=False)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def close(self) -> None:
+        """Refuse new connections and close the idle ones; open streams and upgraded
+        connections end with their owners."""
         self._closed = True
         idle, self._idle = self._idle, []
         for connection in idle:
