@@ -1,7 +1,7 @@
 """The cluster proxy server against a fake host (plain HTTP) and a fake member (HTTPS with its
 own CA), all on 127.0.0.1: what the member receives (credentials, impersonation, raw path),
 streaming per chunk, upgrades, `spec.proxyURL` (HTTP CONNECT, with proxyHeader), bearer-token
-review, and the errors the proxy makes itself."""
+review, the SubjectAccessReviews the hub is asked, and the errors the proxy makes itself."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from tether.app import clusterproxy as app
 from tether.federation import clusterproxy as cp
 from tether.kube import ClusterCredentials, KubeClient
-from tether.local.http import (
+from tether.net.httpserver import (
     HttpServer,
     Reply,
     Request,
@@ -39,7 +39,6 @@ def _json(code: int, body: Any) -> Response:
 
 @dataclass
 class FakeMember:
-    may_impersonate: bool = True
     seen: list[Request] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -47,8 +46,6 @@ class FakeMember:
         self.seen.append(request)
         if request.header("authorization") != f"Bearer {MEMBER_TOKEN}":
             return _json(401, {"kind": "Status", "code": 401, "reason": "Unauthorized"})
-        if request.path.endswith("/selfsubjectaccessreviews"):
-            return _json(201, {"status": {"allowed": self.may_impersonate}})
         if request.path == "/stream":
             return StreamResponse(200, self._chunks(), content_type="text/plain")
         if request.path == "/upgrade":
@@ -71,11 +68,14 @@ class FakeMember:
 
 
 class FakeHost:
-    """Secrets in tether-system and SelfSubjectReview for the token `good`."""
+    """Secrets in tether-system, SelfSubjectReview for the token `good`, and
+    SubjectAccessReviews answered from `allowed`: (user, cluster, verb) triples."""
 
     def __init__(self, member_ca: bytes) -> None:
         self.reviews = 0
         self.member_ca = member_ca
+        self.allowed: set[tuple[str, str, str]] = {("alice", "*", "*")}
+        self.access_reviews: list[dict[str, Any]] = []
 
     async def handle(self, request: Request) -> Reply:
         if request.path == "/api/v1":
@@ -92,6 +92,16 @@ class FakeHost:
                 return _json(401, {"kind": "Status", "code": 401, "reason": "Unauthorized"})
             return _json(201, {"status": {"userInfo": {"username": "alice",
                                                        "groups": ["devs", "system:authenticated"]}}})
+        if request.path == "/apis/authorization.k8s.io/v1/subjectaccessreviews":
+            if request.header("authorization") != "Bearer hub":
+                return _json(403, {"kind": "Status", "code": 403, "reason": "Forbidden"})
+            spec = json.loads(request.body)["spec"]
+            self.access_reviews.append(spec)
+            attrs = spec["resourceAttributes"]
+            allowed = "system:masters" in spec["groups"] or any(
+                spec["user"] == user and cluster in ("*", attrs["name"]) and verb in ("*", attrs["verb"])
+                for user, cluster, verb in self.allowed)
+            return _json(201, {"status": {"allowed": allowed}})
         return _json(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
 
 
@@ -119,7 +129,7 @@ def _cluster(name: str, endpoint: str, **spec: Any) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def setup(impersonate: cp.Impersonation = "auto") -> AsyncIterator[Setup]:
+async def setup() -> AsyncIterator[Setup]:
     member_pki = app.new_pki()  # the member's own CA and serving certificate (TLS, as real APIs)
     member, host = FakeMember(), FakeHost(member_pki.ca_cert_pem)
     member_tls = app.serving_context(member_pki, (HOST,))
@@ -140,7 +150,7 @@ async def setup(impersonate: cp.Impersonation = "auto") -> AsyncIterator[Setup]:
     pki = app.new_pki()
     credentials = ClusterCredentials.from_token(server=f"http://{HOST}:{host_server.port}",
                                                 token="hub", ca_bundle=None)
-    config = app.ProxyConfig(port=0, impersonate=impersonate, publish=False)
+    config = app.ProxyConfig(port=0, publish=False)
     try:
         async with KubeClient(credentials) as client:
             proxy = app.ProxyServer(client, pki, config, cluster_source=clusters.get)
@@ -229,14 +239,47 @@ async def test_forwarding_with_member_credentials_and_impersonation() -> None:
         assert headers["x-custom"] == "1"
 
 
-async def test_no_impersonation_when_the_member_token_may_not() -> None:
+async def test_every_request_is_reviewed_and_sent_as_the_caller() -> None:
+    """The hub decides each (caller, cluster, verb); the member always gets the caller."""
+    async with setup() as s, httpx.AsyncClient(verify=s.ca, timeout=10) as http:
+        s.host.allowed = {("alice", "m1", "get")}
+        assert (await s.get(P.format("m1") + "/x")).status_code == 200
+        review = s.host.access_reviews[-1]
+        assert review["user"] == "alice" and "devs" in review["groups"]
+        assert review["resourceAttributes"] == {
+            "group": "cluster.tether.io", "version": "v1alpha1", "resource": "clusters",
+            "subresource": "proxy", "name": "m1", "verb": "get"}
+        headers = {"Authorization": "Bearer good"}
+        posted = await http.post(s.url + P.format("m1") + "/x", headers=headers, content=b"{}")
+        assert posted.status_code == 403
+        status = posted.json()
+        assert status == {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": 'clusters.cluster.tether.io "m1" is forbidden: User "alice" cannot create '
+                       'resource "clusters/proxy" in API group "cluster.tether.io" at the cluster '
+                       "scope",
+            "reason": "Forbidden", "details": {"name": "m1", "group": "cluster.tether.io",
+                                               "kind": "clusters"},
+            "code": 403}
+        other = await s.get(P.format("via-connect") + "/x")
+        assert other.status_code == 403  # resourceNames: only m1
+        missing = await s.get(P.format("nope") + "/x")
+        assert missing.status_code == 403  # not allowed to ask: no telling whether it exists
+        options = await http.request("OPTIONS", s.url + P.format("m1") + "/x", headers=headers)
+        assert options.status_code == 405 and options.json()["reason"] == "MethodNotAllowed"
+        forwarded = [r for r in s.member.seen if r.path == "/x"]
+        assert [r.method for r in forwarded] == ["GET"]
+        assert forwarded[0].header("impersonate-user") == "alice"
+
+
+async def test_decisions_are_cached_briefly() -> None:
     async with setup() as s:
-        s.member.may_impersonate = False
-        seen = (await s.get(P.format("m1") + "/x")).json()
-        assert "impersonate-user" not in seen["headers"]
-    async with setup("never") as s:
-        seen = (await s.get(P.format("m1") + "/x")).json()
-        assert "impersonate-user" not in seen["headers"]
+        for _ in range(5):
+            assert (await s.get(P.format("m1") + "/x")).status_code == 200
+        assert len(s.host.access_reviews) == 1
+        s.host.allowed = set()
+        await s.get(P.format("m1") + "/x", **{"X-Other": "1"})
+        assert len(s.host.access_reviews) == 1  # still within the cache's few seconds
 
 
 async def test_post_body_and_karmada_group() -> None:
@@ -322,15 +365,18 @@ async def test_errors_made_by_the_proxy() -> None:
         dead = await s.get(P.format("dead") + "/x")
         assert dead.status_code == 503
         assert 'cluster "dead" is unreachable' in dead.json()["message"]
-        s.clusters["m1"]["metadata"]["annotations"][cp.USERS_ANNOTATION] = "bob"
-        forbidden = await s.get(P.format("m1") + "/x")
+        s.host.allowed = set()
+        forbidden = await s.get(P.format("via-connect") + "/x")  # not asked before: no cache
         assert forbidden.status_code == 403 and forbidden.json()["reason"] == "Forbidden"
         admin = await s.get(P.format("m1") + "/x", token=s.admin_token)
-        assert admin.status_code == 200  # system:masters
+        assert admin.status_code == 200  # system:masters: the hub allows it
+        sent = admin.json()["headers"]
+        assert sent["impersonate-user"] == "tether:proxy-admin"
+        assert sent["impersonate-group"] == "tether:hub-admins"  # never system:masters
         health = await s.get("/healthz", token=None)
         assert health.status_code == 200
         metrics = (await s.get("/metrics", token=None)).text
-        assert 'tether_cluster_proxy_requests_total{outcome="unauthorized"} 3' in metrics
+        assert 'tether_cluster_proxy_requests_total{outcome="unauthorized"} 3.0' in metrics
 
 
 @pytest.mark.parametrize("peer", [None, {}])

@@ -23,13 +23,13 @@ import pytest
 
 from tether.local.api import SubresourceHandler
 from tether.local.cluster import ClusterConfig, LocalCluster
-from tether.local.http import Reply, Request
 from tether.local.kubeconfig import ClusterAccess, write
 from tether.local.kubelet.exec import AttachServer, ExecServer
 from tether.local.kubelet.kubelet import Kubelet
 from tether.local.kubelet.portforward import PortForwardServer
 from tether.local.kubelet.proxy import ProxyServer
 from tether.local.operations import WriteOptions
+from tether.net.httpserver import Reply, Request
 
 KUBECTL_TIMEOUT_S = 30.0
 _addresses = itertools.count(10)

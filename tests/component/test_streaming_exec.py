@@ -14,7 +14,7 @@ import pytest
 from test_streaming_common import Env, env, next_pod_ip
 
 from tether.local.kubelet.runtime import LogWriter
-from tether.local.streams import websocket as ws
+from tether.net import websocket as ws
 
 __all__ = ["env"]
 

@@ -21,7 +21,7 @@ from test_streaming_common import (
     shout_backend,
 )
 
-from tether.local.streams import websocket as ws
+from tether.net import websocket as ws
 
 __all__ = ["env"]
 

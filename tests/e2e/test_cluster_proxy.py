@@ -1,7 +1,8 @@
 """The hub's cluster proxy end to end: `tether proxy serve`, `tether kubeconfig`, the real kubectl.
 
 One data dir runs `host` (the hub) and `member1` (joined in push mode with `tether join`). The
-proxy runs as `tether proxy serve` on 127.0.0.1; an echo pod in member1 writes one access-log
+proxy runs as `tether proxy serve` on 127.0.0.1; `tether kubeconfig` issues the hub admin's
+certificate (who reaches member1 as `tether:hub-admins`); an echo pod in member1 writes one access-log
 line per request, which is how `logs -f` is shown to stream. The tunnel test starts a
 `tether tunnel server` and `tether tunnel agent` on loopback, registers member1's API a second
 time as the Pull cluster `pulled`, and proves the tunnel carried the traffic by the server's
@@ -234,13 +235,39 @@ def test_unauthenticated_is_401(hub: Hub) -> None:
         assert answer.json()["reason"] == "Unauthorized"
 
 
+def _grant_proxy(hub: Hub, cluster: str, kind: str, name: str, namespace: str = "") -> None:
+    """Hub RBAC: `clusters/proxy` on one cluster (resourceNames), as Karmada documents it."""
+    subject = {"kind": kind, "name": name}
+    if kind == "ServiceAccount":
+        subject["namespace"] = namespace
+    else:
+        subject["apiGroup"] = "rbac.authorization.k8s.io"
+    objs = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": f"proxy-{cluster}"},
+             "rules": [{"apiGroups": ["cluster.tether.io"], "resources": ["clusters/proxy"],
+                        "resourceNames": [cluster], "verbs": ["*"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": f"proxy-{cluster}-{kind.lower()}-{name}"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": f"proxy-{cluster}"},
+             "subjects": [subject]}]
+    hub.host("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+
+
 def test_bearer_tokens(hub: Hub, echo: str) -> None:
     admin = hub.get(PROXY_PATH.format("member1") + "/api/v1/namespaces/default/pods", hub.admin_token())
     assert admin.status_code == 200 and [p["metadata"]["name"] for p in admin.json()["items"]] == ["echo"]
-    # A token the host cluster accepts (verified by a SelfSubjectReview on the host).
-    host_token = hub.host("create", "token", "default", "-n", "default").stdout.strip()
-    via_host = hub.get(PROXY_PATH.format("member1") + "/version", host_token)
-    assert via_host.status_code == 200 and via_host.json()["major"] == "1"
+    # A token the host cluster accepts (verified by a SelfSubjectReview on the host), for an
+    # identity the hub's RBAC lets use member1's proxy.
+    hub.host("create", "serviceaccount", "proxy-user", "-n", "default")
+    host_token = hub.host("create", "token", "proxy-user", "-n", "default").stdout.strip()
+    refused = hub.get(PROXY_PATH.format("member1") + "/version", host_token)
+    assert refused.status_code == 403 and refused.json()["reason"] == "Forbidden"
+    _grant_proxy(hub, "member1", "ServiceAccount", "proxy-user", "default")
+    via_host = poll(lambda: (answer := hub.get(PROXY_PATH.format("member1") + "/version",
+                                               host_token)).status_code == 200 and answer,
+                    timeout=30, what="the grant to take effect (decisions are cached briefly)")
+    assert via_host.json()["major"] == "1"
     # Karmada's group works too.
     karmada = hub.get("/apis/cluster.karmada.io/v1alpha1/clusters/member1/proxy/version", host_token)
     assert karmada.status_code == 200
@@ -280,7 +307,8 @@ def test_unreachable_member_is_503(hub: Hub) -> None:
     assert seen.returncode != 0 and 'cluster "ghost" is unreachable' in seen.stderr
 
 
-def test_authorisation_by_annotation(hub: Hub) -> None:
+def test_authorisation_by_hub_rbac(hub: Hub) -> None:
+    """Who may use a cluster's proxy is the hub's RBAC on `clusters/proxy` (resourceNames)."""
     from tether.app.clusterproxy import HubPki
 
     secret = json.loads(hub.host("get", "secret", "-n", "tether-system",
@@ -299,16 +327,12 @@ def test_authorisation_by_annotation(hub: Hub) -> None:
         url = hub.proxy_url + PROXY_PATH.format("member1") + "/version"
         return httpx.get(url, verify=context, timeout=30).status_code
 
-    assert status("alice") == 200 and status("bob") == 200  # no annotation: any authenticated user
-    try:
-        hub.host("annotate", "cluster.cluster.tether.io", "member1",
-                 "cluster.tether.io/proxy-groups=devs", "--overwrite")
-        poll(lambda: status("bob") == 403, timeout=10, what="bob refused")
-        assert status("alice") == 200
-        # the kubeconfig's user (the host admin) is in system:masters: always allowed
-        hub.kubectl("get", "--raw", "/version")
-    finally:
-        hub.host("annotate", "cluster.cluster.tether.io", "member1", "cluster.tether.io/proxy-groups-")
+    assert status("alice") == 403 and status("bob") == 403  # nobody without a grant
+    _grant_proxy(hub, "member1", "Group", "devs")
+    poll(lambda: status("alice") == 200, timeout=30, what="alice allowed")
+    assert status("bob") == 403
+    # the kubeconfig's user (the host admin) is in system:masters: always allowed
+    hub.kubectl("get", "--raw", "/version")
 
 
 def _dials(health_port: int) -> float:

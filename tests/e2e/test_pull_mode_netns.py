@@ -232,18 +232,30 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         tether("local", "down", "--data-dir", str(data_dir))
 
 
+PROXY_AUTH_KEY = "proxyHeader.Proxy-Authorization"
+
+
 def tunnel_kubeconfig(s: Scenario, proxy_url: str) -> str:
     """The hub's view of the member: its API address, the credentials the hub holds for it,
-    and the hub tunnel's CONNECT address as proxy (what the Cluster's proxyURL says)."""
+    and the hub tunnel's CONNECT address as proxy (what the Cluster's proxyURL says), with the
+    cluster's proxy token (which the hub writes into the same Secret) as the proxy password:
+    kubeconfig has no proxy headers, and Go sends URL userinfo as Proxy-Authorization."""
     cluster = json.loads(s.kubectl("get", "cluster", "member", "-o", "json").stdout)
-    secret = json.loads(s.kubectl("get", "secret", "-n", "tether-system", "member", "-o",
-                                  "json").stdout)
+
+    def secret_with_proxy_token() -> dict[str, Any] | None:
+        found = json.loads(s.kubectl("get", "secret", "-n", "tether-system", "member", "-o",
+                                     "json").stdout)
+        return found if PROXY_AUTH_KEY in found["data"] else None
+
+    secret = poll(secret_with_proxy_token, what="the hub's proxy token in the member's Secret")
     assert cluster["spec"]["proxyURL"] == proxy_url
     token = base64.b64decode(secret["data"]["token"]).decode()
+    bearer = base64.b64decode(secret["data"][PROXY_AUTH_KEY]).decode().removeprefix("Bearer ")
+    authed = proxy_url.replace("http://", f"http://tether:{bearer}@", 1)
     return yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "member-via-hub",
         "clusters": [{"name": "member", "cluster": {
-            "server": cluster["spec"]["apiEndpoint"], "proxy-url": cluster["spec"]["proxyURL"],
+            "server": cluster["spec"]["apiEndpoint"], "proxy-url": authed,
             "certificate-authority-data": secret["data"]["caBundle"]}}],
         "users": [{"name": "hub", "user": {"token": token}}],
         "contexts": [{"name": "member-via-hub", "context": {"cluster": "member", "user": "hub"}}],
@@ -393,7 +405,7 @@ def _ticks(text: str) -> set[int]:
     return {int(m) for m in re.findall(r"^seed (\d+)$", text, re.MULTILINE)}
 
 
-def test_seed_000_kubectl_through_the_hub_cluster_proxy(scenario: Scenario) -> None:
+def test_kubectl_through_the_hub_cluster_proxy_to_a_member_behind_nat(scenario: Scenario) -> None:
     proxy = "kubectl --kubeconfig $(tether kubeconfig member HUB)"
     # the kubeconfig names the hub's proxy, not the member's API
     path = Path(ok(_as_user(scenario, "tether kubeconfig member HUB")).strip())

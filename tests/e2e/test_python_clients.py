@@ -1,7 +1,7 @@
 """The official Python clients against local clusters: kubernetes_asyncio, kubernetes, lightkube.
 
-Spec: docs in /work/shared/research/apiserver.md, section 3 (list and watch) and section 13 items
-5, 11, 21-24, 43 and 44. Every test works in its own namespace and asserts what the server sent.
+Spec: list and watch as kube-apiserver serves them (resourceVersion resume, bookmarks, 410
+relist, ordered events). Every test works in its own namespace and asserts what the server sent.
 Watches are bounded by `timeoutSeconds` or by a count of expected events under a generous
 deadline; nothing here depends on how fast the server is.
 """

@@ -250,11 +250,12 @@ async def test_unjoin_keeps_or_removes_propagated_objects(joined: Fleet) -> None
     out = ok(await asyncio.to_thread(joined.hub, "unjoin", "cluster1", "--keep-resources"))
     assert "propagated resources kept" in out
     joined.kubectl("cluster1", "get", "configmap", "propagated-keep")
+    # With its own token, unjoin deletes the binding last; the member's garbage collector
+    # removes the role and the account (RBAC ends the token's access at the first deletion).
     for kind, name in (("serviceaccount", "tether-cluster1"), ("clusterrole", "tether-controller:tether-cluster1"),
-                       ("clusterrolebinding", "tether-controller:tether-cluster1")):
-        gone = joined.kubectl("cluster1", "get", kind, name, "-n", "tether-system", check=False)
-        assert gone.returncode != 0 and "NotFound" in gone.stderr, (kind, gone.stdout)
-    await wait_secret_gone(joined, "cluster1", "tether-cluster1-token")
+                       ("clusterrolebinding", "tether-controller:tether-cluster1"),
+                       ("secret", "tether-cluster1-token")):
+        await wait_gone(joined, "cluster1", kind, name)
     # default: propagated objects go too (member context given explicitly this time)
     out = ok(await asyncio.to_thread(joined.hub, "unjoin", "cluster", "--cluster-context", "cluster"))
     assert "member: deleted ConfigMap default/propagated-gone" in out
@@ -273,9 +274,10 @@ async def test_unjoin_keeps_or_removes_propagated_objects(joined: Fleet) -> None
     assert "No clusters joined" in ok(await asyncio.to_thread(joined.hub, "clusters"))
 
 
-async def wait_secret_gone(fleet: Fleet, context: str, name: str) -> None:
-    for _ in range(50):
-        if fleet.kubectl(context, "get", "secret", name, "-n", "tether-system", check=False).returncode != 0:
+async def wait_gone(fleet: Fleet, context: str, kind: str, name: str) -> None:
+    for _ in range(100):
+        gone = fleet.kubectl(context, "get", kind, name, "-n", "tether-system", check=False)
+        if gone.returncode != 0 and "NotFound" in gone.stderr:
             return
         await asyncio.sleep(0.2)
-    raise AssertionError(f"secret {name} still exists in {context}")
+    raise AssertionError(f"{kind} {name} still exists in {context}")

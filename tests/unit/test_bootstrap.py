@@ -11,8 +11,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tether.app.pullagent import member_host
 from tether.federation import bootstrap as b
-from tether.federation.pullagent import member_host, micro_time
+from tether.objects.times import micro_time
 
 
 def _ca() -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:

@@ -62,23 +62,88 @@ def test_bearer_token() -> None:
     assert cp.bearer_token({}) is None
 
 
-def _cluster(**annotations: str) -> dict[str, Any]:
-    return {"metadata": {"name": "m1", "annotations": annotations}}
+@pytest.mark.parametrize(("method", "verb"), [
+    ("GET", "get"), ("HEAD", "get"), ("head", "get"), ("POST", "create"), ("PUT", "update"),
+    ("PATCH", "patch"), ("DELETE", "delete"), ("OPTIONS", None), ("CONNECT", None),
+    ("TRACE", None), ("", None),
+])
+def test_proxy_verb_is_kube_apiservers_for_a_named_resource(method: str, verb: str | None) -> None:
+    assert cp.proxy_verb(method) == verb
 
 
-def test_authorize() -> None:
-    alice = cp.Caller("alice", ("devs", cp.AUTHENTICATED))
-    bob = cp.Caller("bob", (cp.AUTHENTICATED,))
-    admin = cp.Caller("root", (cp.ADMIN_GROUP,))
-    assert cp.authorize(bob, _cluster()) is None  # no annotation: every authenticated caller
-    by_group = _cluster(**{cp.GROUPS_ANNOTATION: "ops, devs"})
-    assert cp.authorize(alice, by_group) is None
-    denied = cp.authorize(bob, by_group)
-    assert denied is not None and 'User "bob"' in denied and "clusters/proxy" in denied
-    by_user = _cluster(**{cp.USERS_ANNOTATION: "bob"})
-    assert cp.authorize(bob, by_user) is None
-    assert cp.authorize(alice, by_user) is not None
-    assert cp.authorize(admin, by_user) is None
+@pytest.mark.parametrize(("groups", "expected"), [
+    (("devs", cp.AUTHENTICATED), ("devs",)),
+    ((cp.ADMIN_GROUP, cp.AUTHENTICATED), (cp.HUB_ADMINS_GROUP,)),
+    ((cp.ADMIN_GROUP, cp.HUB_ADMINS_GROUP, "ops"), (cp.HUB_ADMINS_GROUP, "ops")),
+    ((cp.HUB_ADMINS_GROUP, "ops"), ("ops",)),  # only the hub's admins are member admins
+    (("system:serviceaccounts", "system:serviceaccounts:default", cp.AUTHENTICATED),
+     ("system:serviceaccounts", "system:serviceaccounts:default")),
+    ((cp.UNAUTHENTICATED,), ()),
+    ((), ()),
+])
+def test_member_identity_never_sends_system_masters(groups: tuple[str, ...],
+                                                    expected: tuple[str, ...]) -> None:
+    user, sent = cp.member_identity(cp.Caller("alice", groups))
+    assert user == "alice" and sent == expected
+    assert cp.ADMIN_GROUP not in sent
+
+
+def test_access_review_is_clusters_proxy_by_name() -> None:
+    caller = cp.Caller("alice", ("devs", cp.AUTHENTICATED), "token", "u-1",
+                       (("scopes", ("a", "b")),))
+    review = cp.access_review(caller, "c1", "create")
+    assert review["kind"] == "SubjectAccessReview"
+    assert review["apiVersion"] == "authorization.k8s.io/v1"
+    assert review["spec"] == {
+        "user": "alice", "groups": ["devs", cp.AUTHENTICATED], "uid": "u-1",
+        "extra": {"scopes": ["a", "b"]},
+        "resourceAttributes": {"group": "cluster.tether.io", "version": "v1alpha1",
+                               "resource": "clusters", "subresource": "proxy", "name": "c1",
+                               "verb": "create"}}
+    plain = cp.access_review(cp.Caller("bob"), "c2", "get")["spec"]
+    assert "uid" not in plain and "extra" not in plain
+
+
+@pytest.mark.parametrize(("status", "allowed", "reason"), [
+    ({"allowed": True, "reason": "RBAC: allowed by ClusterRoleBinding x"}, True,
+     "RBAC: allowed by ClusterRoleBinding x"),
+    ({"allowed": False}, False, ""),
+    ({"allowed": True, "denied": True}, False, ""),
+    ({"allowed": False, "evaluationError": "boom"}, False, "boom"),
+    ({}, False, ""),
+])
+def test_decision_from_review(status: dict[str, Any], allowed: bool, reason: str) -> None:
+    assert cp.decision_from_review({"status": status}) == cp.Decision(allowed, reason)
+    assert cp.decision_from_review({}) == cp.Decision(False, "")
+
+
+def test_forbidden_message_is_kube_apiservers() -> None:
+    caller = cp.Caller("system:serviceaccount:default:default")
+    assert cp.forbidden_message(caller, "c1", "get") == (
+        'clusters.cluster.tether.io "c1" is forbidden: User "system:serviceaccount:default:default"'
+        ' cannot get resource "clusters/proxy" in API group "cluster.tether.io" at the cluster scope')
+    assert cp.forbidden_message(caller, "c1", "get", "no rule").endswith("cluster scope: no rule")
+
+
+def test_decision_cache_expires_and_is_bounded() -> None:
+    now = [100.0]
+    cache = cp.DecisionCache(ttl_s=5.0, max_entries=3, clock=lambda: now[0])
+    alice, bob = cp.Caller("alice", ("devs",)), cp.Caller("alice", ("ops",))
+    key = cache.key(alice, "c1", "get")
+    assert cache.get(key) is None
+    cache.put(key, cp.Decision(True))
+    assert cache.get(key) == cp.Decision(True)
+    # another group, cluster or verb is another question
+    assert cache.get(cache.key(bob, "c1", "get")) is None
+    assert cache.get(cache.key(alice, "c2", "get")) is None
+    assert cache.get(cache.key(alice, "c1", "delete")) is None
+    now[0] += 5.0
+    assert cache.get(key) is None  # expired
+    for n in range(10):
+        cache.put(cache.key(alice, f"c{n}", "get"), cp.Decision(False))
+        assert len(cache) <= 3
+    assert cache.get(cache.key(alice, "c9", "get")) == cp.Decision(False)
+    assert cache.get(cache.key(alice, "c0", "get")) is None  # the oldest went first
 
 
 def test_upstream_headers_drop_credentials_and_hop_by_hop() -> None:

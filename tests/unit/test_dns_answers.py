@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.local.services import dnswire as w
 from tether.local.services.dns import answer, build_zone, respond
+from tether.net import dnswire as w
 
 
 def svc(name: str, **spec: Any) -> dict[str, Any]:

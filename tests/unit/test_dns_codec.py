@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.local.services import dnswire as w
+from tether.net import dnswire as w
 
 QNAME = b"\x03web\x07default\x03svc\x07cluster\x05local\x00"
 QUERY = bytes.fromhex("123401000001000000000000") + QNAME + b"\x00\x01\x00\x01"
@@ -89,3 +89,43 @@ def test_bad_messages_raise(data: bytes) -> None:
 def test_label_too_long_is_refused_on_encode() -> None:
     with pytest.raises(w.DnsFormatError):
         w.make_query(1, "x" * 64 + ".cluster.local", w.TYPE_A)
+
+
+# -- against dnspython, as a reference implementation -----------------------------------------
+
+import dns.message  # noqa: E402
+import dns.rdatatype  # noqa: E402
+
+
+def test_dnspython_reads_what_we_write() -> None:
+    soa = w.SOA("ns.dns.cluster.local", "hostmaster.cluster.local", 3, 7200, 1800, 86400, 5)
+    response = w.Message(
+        9, w.FLAG_QR | w.FLAG_AA,
+        (w.Question("_http._tcp.web.default.svc.cluster.local", w.TYPE_SRV),),
+        (w.Record.of("_http._tcp.web.default.svc.cluster.local", 5, w.SRV(0, 100, 80, "web.default.svc.cluster.local")),
+         w.Record.of("web.default.svc.cluster.local", 5, w.A("127.64.0.5")),
+         w.Record.of("web.default.svc.cluster.local", 5, w.AAAA("fd00::5")),
+         w.Record.of("ext.default.svc.cluster.local", 5, w.CNAME("example.com"))),
+        (w.Record.of("cluster.local", 5, soa),),
+        (w.opt_record(1232),),
+    )
+    parsed = dns.message.from_wire(w.encode_message(response))
+    assert parsed.id == 9 and parsed.payload == 1232
+    texts = sorted(rr.to_text() for rrset in parsed.answer + parsed.authority for rr in [rrset])
+    assert texts == sorted([
+        "_http._tcp.web.default.svc.cluster.local. 5 IN SRV 0 100 80 web.default.svc.cluster.local.",
+        "web.default.svc.cluster.local. 5 IN A 127.64.0.5",
+        "web.default.svc.cluster.local. 5 IN AAAA fd00::5",
+        "ext.default.svc.cluster.local. 5 IN CNAME example.com.",
+        "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 3 7200 1800 86400 5",
+    ])
+
+
+@pytest.mark.parametrize("qtype", ["A", "AAAA", "SRV", "TXT", "ANY"])
+def test_we_read_what_dnspython_writes(qtype: str) -> None:
+    query = dns.message.make_query("web.default.svc.cluster.local", qtype, use_edns=0, payload=4096)
+    message = w.parse_message(query.to_wire())
+    assert message.id == query.id
+    assert message.questions == (w.Question("web.default.svc.cluster.local",
+                                            int(dns.rdatatype.from_text(qtype))),)
+    assert message.udp_limit == 4096

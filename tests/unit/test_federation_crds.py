@@ -33,6 +33,7 @@ def test_names_and_short_names() -> None:
         "federatedtypeconfigs.core.kubefed.io": ("Namespaced", ["ftc"]),
         "replicaschedulingpreferences.scheduling.kubefed.io": ("Namespaced", ["rsp"]),
         "works.work.tether.io": ("Namespaced", None),
+        "clusterregistrationrequests.cluster.tether.io": ("Namespaced", ["crr"]),
     }
     assert set(by_name) == set(expected)
     for name, (scope, short) in expected.items():

@@ -101,7 +101,7 @@ def test_bad_override_fails_only_that_cluster() -> None:
     plan = compile_template(NGINX, POLICY, [bad], CLUSTERS)
     assert [(w.cluster, w.replicas) for w in plan.works] == [("cluster", 4)]
     assert plan.failures == (ClusterFailure("cluster1", "ApplyOverridesFailed",
-                                            "/spec/nope/x: key 'nope' does not exist"),)
+                                            'path "/spec/nope/x" does not exist'),)
 
 
 def test_duplicated_non_workload_and_policy_options() -> None:

@@ -119,7 +119,7 @@ def test_bad_override_fails_only_that_cluster() -> None:
     assert [w.cluster for w in plan.works] == ["cluster"]
     assert plan.failures == (ClusterFailure(
         "cluster1", "ApplyOverridesFailed",
-        "/spec/template/spec/containers/3/image: array index 3 out of range (length 1)"),)
+        'path "/spec/template/spec/containers/3/image": index 3 is out of bounds'),)
 
 
 def test_placement_failures_and_orphaning() -> None:

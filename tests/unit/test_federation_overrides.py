@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from tether.federation import pointer
 from tether.federation.images import ImageError, parse_image
 from tether.federation.overrides import (
     OverrideError,
     apply_kubefed_overrides,
     apply_overriders,
 )
+from tether.objects import jsonpatch
 
 
 def _deploy(*containers: dict[str, Any]) -> dict[str, Any]:
@@ -40,26 +40,27 @@ SIDECAR = {"name": "sidecar", "image": "reg.example.com:5000/team/proxy@sha256:"
     ],
 )
 def test_pointer_ops(doc: Any, op: str, path: str, value: Any, expected: Any) -> None:
-    assert pointer.apply(doc, op, path, value) == expected
+    assert jsonpatch.apply_operation(doc, op, path, value) == expected
 
 
 @pytest.mark.parametrize(
     ("doc", "op", "path", "message"),
     [
-        ({"a": 1}, "replace", "/b", "key 'b' does not exist"),
-        ({"a": 1}, "remove", "/b", "key 'b' does not exist"),
-        ({"a": 1}, "add", "/x/y", "key 'x' does not exist"),
-        ({"a": [1]}, "replace", "/a/1", "array index 1 out of range (length 1)"),
-        ({"a": [1]}, "add", "/a/01", "'01' is not an array index"),
-        ({"a": 1}, "add", "/a/b", "parent is a int, not an object or array"),
+        ({"a": 1}, "replace", "/b", 'path "/b" does not exist'),
+        ({"a": 1}, "remove", "/b", 'path "/b" does not exist'),
+        ({"a": 1}, "add", "/x/y", 'path "/x/y" does not exist'),
+        ({"a": [1]}, "replace", "/a/1", 'path "/a/1": index 1 is out of bounds'),
+        ({"a": [1]}, "add", "/a/01", 'path "/a/01": "01" is not a valid array index'),
+        ({"a": 1}, "add", "/a/b", 'path "/a/b" does not exist'),
         ({"a": 1}, "move", "/a", "unsupported operation 'move' (want add, remove or replace)"),
-        ({"a": 1}, "add", "a", "a JSON pointer must be empty or start with '/'"),
+        ({"a": 1}, "add", "a", 'path "a" must start with "/"'),
     ],
 )
 def test_pointer_errors(doc: Any, op: str, path: str, message: str) -> None:
-    with pytest.raises(pointer.PatchError) as err:
-        pointer.apply(doc, op, path, 1)
+    with pytest.raises(jsonpatch.PatchError) as err:
+        jsonpatch.apply_operation(doc, op, path, 1)
     assert err.value.message == message
+    assert err.value.path == path
 
 
 def test_kubefed_overrides_seed_002_sequence() -> None:
@@ -79,8 +80,8 @@ def test_kubefed_overrides_seed_002_sequence() -> None:
 @pytest.mark.parametrize(
     ("override", "path", "message"),
     [
-        ({"path": "/spec/nope/x", "value": 1}, "/spec/nope/x", "key 'nope' does not exist"),
-        ({"path": "/spec/nope", "value": 1}, "/spec/nope", "key 'nope' does not exist"),
+        ({"path": "/spec/nope/x", "value": 1}, "/spec/nope/x", 'path "/spec/nope/x" does not exist'),
+        ({"path": "/spec/nope", "value": 1}, "/spec/nope", 'path "/spec/nope" does not exist'),
         ({"path": "/metadata/name", "value": "x"}, "/metadata/name",
          "this path may not be overridden"),
         ({"path": "/kind", "value": "x"}, "/kind", "this path may not be overridden"),

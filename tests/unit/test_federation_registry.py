@@ -14,13 +14,35 @@ from tether.local import tokens
 def test_member_objects_never_carry_the_propagation_label() -> None:
     objs = registry.member_objects("east")
     assert [o["kind"] for o in objs] == ["Namespace", "ServiceAccount", "ClusterRole",
-                                         "ClusterRoleBinding", "Secret"]
+                                         "ClusterRoleBinding", "ClusterRoleBinding", "Secret"]
     for obj in objs:
         assert "app.kubernetes.io/managed-by" not in (obj["metadata"].get("labels") or {})
     role = objs[2]
     assert role["metadata"]["name"] == "tether-controller:tether-east"
-    assert {"nonResourceURLs": ["/healthz", "/readyz", "/livez", "/version"], "verbs": ["get"]} in role["rules"]
-    assert objs[4]["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "tether-east"}
+    health = next(r for r in role["rules"] if "nonResourceURLs" in r)
+    assert {"/healthz", "/readyz", "/livez", "/version", "/api", "/apis"} <= set(health["nonResourceURLs"])
+    assert objs[5]["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "tether-east"}
+
+
+def test_member_credential_impersonates_but_is_not_cluster_admin() -> None:
+    """The hub's member credential: impersonation for the proxy plus the controllers' verbs;
+    no `*` verb, no RBAC escalation; the hub's admins are a group bound to cluster-admin."""
+    objs = registry.member_objects("east")
+    role, binding, admins = objs[2], objs[3], objs[4]
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert "*" not in verbs and not verbs & {"escalate", "bind", "approve", "sign"}
+    assert {"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"],
+            "verbs": ["impersonate"]} in role["rules"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tether-east",
+                                    "namespace": "tether-system"}]
+    assert admins["metadata"]["name"] == "tether:hub-admins:east"
+    assert admins["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                 "name": "cluster-admin"}
+    assert admins["subjects"] == [{"kind": "Group", "name": "tether:hub-admins",
+                                   "apiGroup": "rbac.authorization.k8s.io"}]
+    agent = registry.controller_rules(impersonate=False)
+    assert not any("impersonate" in rule["verbs"] for rule in agent)
 
 
 def test_conflicts() -> None:

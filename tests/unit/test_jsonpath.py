@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from tether.local import jsonpath
-from tether.local.jsonpath import JsonPathError
+from tether.objects import jsonpath
+from tether.objects.jsonpath import JsonPathError
 
 OBJ: dict[str, Any] = {
     "apiVersion": "example.com/v1",

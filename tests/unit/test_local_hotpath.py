@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tether.local import http, objects, schema, watching
+from tether.local import schema, watching
 from tether.local.patching import (
     apply_merge_patch,
     merge_patch_shared,
@@ -31,6 +31,7 @@ from tether.local.patching.fieldsets import (
 )
 from tether.local.patching.schema import UNTYPED, merge_schema_for
 from tether.local.store import Event, Store
+from tether.net import httpserver as http
 
 Obj = dict[str, Any]
 
@@ -178,17 +179,6 @@ def test_shared_fields_v1_renders_like_to_fields_v1_and_parses_back_without_a_wa
     assert from_fields_v1(tree) is fields  # the cached set, not a re-parse
     copied = copy.deepcopy(tree)
     assert from_fields_v1(copied) == fields and from_fields_v1(copied) is not fields
-
-
-def test_now_rfc3339_formats_the_current_second(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = [1_800_000_000.2]
-    monkeypatch.setattr(objects.time, "time", lambda: clock[0])
-    assert objects.now_rfc3339() == "2027-01-15T08:00:00Z"
-    clock[0] = 1_800_000_000.9
-    assert objects.now_rfc3339() == "2027-01-15T08:00:00Z"
-    clock[0] = 1_800_000_061.0
-    assert objects.now_rfc3339() == "2027-01-15T08:01:01Z"
-
 
 def test_http_reason_phrases() -> None:
     assert (http._reason(200), http._reason(404), http._reason(422)) == (

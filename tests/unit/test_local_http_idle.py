@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tether.local import http
-from tether.local.http import HttpServer, Request, Response
+from tether.net import httpserver as http
+from tether.net.httpserver import HttpServer, Request, Response
 
 IDLE_S = 0.3
 

@@ -242,8 +242,8 @@ def test_lease_goes_with_its_node(ops: Operations) -> None:
 async def test_binding_subresource_handler(ops: Operations) -> None:
     from typing import cast
 
-    from tether.local.http import Request, Response
     from tether.local.nodes.scheduler import binding_handler
+    from tether.net.httpserver import Request, Response
 
     manager = NodeManager(ops, ClusterNetwork.rootless(0), "c1", 1, clock=Clock())
     manager._sync("c1-node-0")

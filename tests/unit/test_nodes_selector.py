@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.local.nodes.calico_selector import SelectorError, matches, parse
+from tether.objects.calico_selector import SelectorError, matches, parse
 
 RACK0 = {"rack": "0", "kubernetes.io/hostname": "n0", "zone": "a"}
 RACK1 = {"rack": "1", "kubernetes.io/hostname": "n2"}

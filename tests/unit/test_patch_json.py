@@ -127,7 +127,7 @@ def test_rfc6902_appendix(doc: Any, ops: list[Any], expected: Any) -> None:
         ),
         ({"a": 1}, [{"op": "move", "from": "/a", "path": "/a"}], {"a": 1}),
         ({"a": 1.0}, [{"op": "test", "path": "/a", "value": 1}], {"a": 1.0}),
-        # kubectl's finalizer removal from apiserver.md checklist item 25
+        # kubectl's finalizer removal as kubectl sends it
         (
             {"metadata": {"name": "x", "finalizers": ["f"]}},
             [{"op": "remove", "path": "/metadata/finalizers"}],

@@ -1,4 +1,4 @@
-"""Strategic merge patch: the directives kubectl and the Python client send, per apiserver.md 4.3."""
+"""Strategic merge patch: the directives kubectl and the Python client send, per docs/api-server-notes.md."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from tether.local import selectors
-from tether.local.selectors import SelectorError
+from tether.objects import selectors
+from tether.objects.selectors import SelectorError
 
 LABELS = {"app": "web", "tier": "frontend", "replicas": "3", "example.com/team": "a"}
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tether.local.streams import spdy
-from tether.local.streams import websocket as ws
-from tether.local.streams.spdy import (
+from tether.net import spdy
+from tether.net import websocket as ws
+from tether.net.spdy import (
     Data,
     GoAway,
     HeadersReceived,

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from tether.local import tables
+from tether.objects import times
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -77,7 +78,7 @@ def test_human_duration(seconds: float, text: str) -> None:
     ],
 )
 def test_parse_time(value: Any, expected: datetime | None) -> None:
-    assert tables.parse_time(value) == expected
+    assert times.parse_time(value) == expected
 
 
 # ---------------------------------------------------------------------------------------------

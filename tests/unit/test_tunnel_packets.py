@@ -1,4 +1,4 @@
-"""Golden encodings from anp.md §1 (verified against Python protobuf), for every packet type."""
+"""Golden encodings of ANP's protobuf messages (verified against Python protobuf; see docs/tunnel.md), for every packet type."""
 
 from __future__ import annotations
 

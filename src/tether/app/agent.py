@@ -10,21 +10,20 @@ SIGTERM to the recorded pid (SIGKILL after `stop_s`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tether.app.pullagent import AgentSettings, PullAgent
 from tether.app.signals import run_until_signal
-from tether.federation.pullagent import AgentSettings, PullAgent
+from tether.federation.registry import controller_rules
 from tether.kube import ClusterCredentials, KubeClient
+from tether.net import daemon
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,7 @@ class AgentFiles:
 
 
 def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "tether"
+    return daemon.state_home()
 
 
 def agent_dir(data_dir: Path, cluster: str) -> Path:
@@ -121,9 +119,7 @@ def start_background(directory: Path, cluster: str, data_dir: Path, *,
             "--data-dir", str(data_dir)]
     if verbose:
         args.append("--verbose")
-    with log_path.open("ab") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    process = daemon.spawn(args, log_path)
     (directory / "agent.pid").write_text(f"{process.pid}\n")
     deadline = time.monotonic() + ready_wait_s
     while time.monotonic() < deadline:
@@ -132,25 +128,6 @@ def start_background(directory: Path, cluster: str, data_dir: Path, *,
                                f"see {log_path}")
         time.sleep(0.1)
     return process.pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of ours counts as gone
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _is_our_agent(pid: int) -> bool:
@@ -168,17 +145,9 @@ def stop_background(directory: Path, *, stop_s: float = STOP_S) -> int | None:
         pid = int(pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
-    if not _alive(pid) or not _is_our_agent(pid):
-        pid_file.unlink(missing_ok=True)
-        return None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + stop_s
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    running = daemon.alive(pid) and _is_our_agent(pid) and daemon.stop(pid, stop_s=stop_s)
     pid_file.unlink(missing_ok=True)
-    return pid
+    return pid if running else None
 
 
 # manifests for real clusters ------------------------------------------------------------------
@@ -186,7 +155,9 @@ def stop_background(directory: Path, *, stop_s: float = STOP_S) -> int | None:
 
 def manifest(files: AgentFiles, *, token: str, hub_ca: bytes, tunnel_ca: bytes,
              image: str = IMAGE, namespace: str = "tether-system") -> str:
-    """Namespace, ServiceAccount (+ ClusterRole/Binding), Secret and Deployment for the agent."""
+    """Namespace, ServiceAccount (+ ClusterRole/Binding: what the agent's Work executor and
+    status reports need, no impersonation, no RBAC escalation), Secret and Deployment for the
+    agent."""
     import base64
 
     import yaml
@@ -205,9 +176,7 @@ def manifest(files: AgentFiles, *, token: str, hub_ca: bytes, tunnel_ca: bytes,
          "metadata": {"name": name, "namespace": namespace, "labels": labels}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": name, "labels": labels},
-         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                   {"nonResourceURLs": ["/healthz", "/readyz", "/livez", "/version"],
-                    "verbs": ["get"]}]},
+         "rules": controller_rules(impersonate=False)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": name, "labels": labels},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},

@@ -1,17 +1,22 @@
 """`tether proxy serve` and `tether kubeconfig`: the cluster proxy on an HTTPS socket.
 
 The logic (routing, authorisation, headers, forwarding) is `tether.federation.clusterproxy`;
-this module adds what meets only here: the HTTP server (`tether.local.http`), the tunnel dialer
+this module adds what meets only here: the HTTP server (`tether.net.httpserver`), the tunnel dialer
 for Pull clusters (`tether.tunnel.client`), and a small hub PKI.
 
 Hub PKI and discovery, kept on the host cluster so any admin of the host can get a kubeconfig:
 - Secret `tether-system/tether-cluster-proxy-pki`: `ca.crt`, `ca.key` (EC P-256, 10 years) and
   `admin-token` (the hub's admin bearer token), created by the first `tether proxy serve`.
+  Whoever reads it can sign any identity, `system:masters` included, so it is an admin secret:
+  tether grants no Role on Secrets in `tether-system` to anyone (see docs/security.md); only the
+  host's admins and the identity the hub runs with can read it.
 - ConfigMap `tether-system/tether-cluster-proxy`: `server` (the proxy's https URL) and `ca.crt`,
   written by `tether proxy serve` once it listens.
 The serving certificate is issued at each start (SANs: 127.0.0.1, localhost, the advertised
 address). `tether kubeconfig NAME` asks the host who the caller is (SelfSubjectReview) and issues
-a client certificate for that identity (CN = user, O = groups, 24 h by default).
+a client certificate for that identity (CN = user, O = groups, 24 h by default); with `--user`
+(and `--group`) an admin issues one for someone else. What the certificate may do is decided
+per request: the hub's RBAC on `clusters/proxy`, then the member's RBAC for that user.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import asyncio
 import base64
 import contextlib
 import datetime
-import ipaddress
 import logging
 import os
 import secrets
@@ -33,23 +37,28 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tether.app.signals import HARD_EXIT_MARGIN_S, stop_on_signals
 from tether.federation import clusterproxy as cp
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE
-from tether.kube import ConnectOptions, KubeClient, KubeError, Unreachable
-from tether.local.http import HttpServer, Reply, Request, Response, StreamResponse, UpgradeResponse
+from tether.kube import ConnectOptions, Forbidden, KubeClient, KubeError, NotFound, Unreachable
+from tether.net import daemon, metrics
+from tether.net.httpserver import (
+    HttpServer,
+    Reply,
+    Request,
+    Response,
+    StreamResponse,
+    UpgradeResponse,
+)
+from tether.net.pki import CertificateAuthority
+from tether.objects import Obj
 from tether.tunnel import client as tunnel_client
 from tether.tunnel.tls import ClientTLS
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 PKI_SECRET = "tether-cluster-proxy-pki"
 INFO_CONFIGMAP = "tether-cluster-proxy"
 FIELD_MANAGER = "tether-cluster-proxy"
@@ -70,61 +79,19 @@ class HubPki:
     ca_key_pem: bytes = field(repr=False)
     admin_token: str = field(repr=False)
 
-    def _ca(self) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-        cert = x509.load_pem_x509_certificate(self.ca_cert_pem)
-        key = serialization.load_pem_private_key(self.ca_key_pem, None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError("the hub proxy CA key is not an EC key")
-        return cert, key
-
     def issue(self, common_name: str, *, organizations: tuple[str, ...] = (), server: bool = False,
               sans: tuple[str, ...] = (), validity: datetime.timedelta = CLIENT_TTL,
               ) -> tuple[bytes, bytes]:
         """(certificate PEM, key PEM) signed by the hub proxy CA."""
-        ca, ca_key = self._ca()
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-        subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = (x509.CertificateBuilder().subject_name(x509.Name(subject))
-                   .issuer_name(ca.subject).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + validity)
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
-        if sans:
-            names: list[x509.GeneralName] = []
-            for name in sans:
-                try:
-                    names.append(x509.IPAddress(ipaddress.ip_address(name)))
-                except ValueError:
-                    names.append(x509.DNSName(name))
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        return (cert.public_bytes(serialization.Encoding.PEM),
-                key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))
+        ca = CertificateAuthority.from_pem(self.ca_cert_pem, self.ca_key_pem)
+        issued = ca.issue(common_name, organizations=organizations, server=server, sans=sans,
+                          validity=validity)
+        return issued.cert_pem, issued.key_pem()
 
 
 def new_pki() -> HubPki:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tether-cluster-proxy-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + CA_VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, key_cert_sign=True, crl_sign=True,
-                                         encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
-    return HubPki(cert.public_bytes(serialization.Encoding.PEM),
-                  key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption()),
-                  secrets.token_urlsafe(32))
+    ca = CertificateAuthority.create("tether-cluster-proxy-ca", validity=CA_VALIDITY, path_length=0)
+    return HubPki(ca.cert_pem, ca.key_pem(), secrets.token_urlsafe(32))
 
 
 def _b64(data: bytes | str) -> str:
@@ -143,9 +110,12 @@ async def load_pki(host: KubeClient, *, create: bool) -> HubPki:
     """The hub proxy PKI from the host cluster, created (once) when `create`."""
     try:
         found = _pki_from_secret(await host.get("v1", "Secret", PKI_SECRET, HUB_NAMESPACE))
-    except KubeError as exc:
-        if exc.code != 404:
-            raise
+    except Forbidden:
+        raise ProxySetupError(
+            f"only the hub's admins may use the cluster proxy CA (Secret {HUB_NAMESPACE}/"
+            f"{PKI_SECRET}): ask one to run `tether kubeconfig NAME --user YOU [--group G]` "
+            "for you, or use a bearer token the hub accepts (docs/cluster-proxy.md)") from None
+    except NotFound:
         found = None
     if found is not None:
         return found
@@ -220,7 +190,6 @@ class ProxyConfig:
     port: int = 8443
     advertise_address: str = ""  # [default: the bind address]
     tunnel: TunnelConfig | None = None
-    impersonate: cp.Impersonation = "auto"
     request_timeout_s: float = cp.REQUEST_TIMEOUT_S
     stream_idle_timeout_s: float = cp.STREAM_IDLE_TIMEOUT_S
     shutdown_s: float = SHUTDOWN_S
@@ -255,8 +224,7 @@ class ProxyServer:
         self.pki = pki
         self.config = config
         self.proxy = cp.ClusterProxy(
-            host, connect_for=TunnelRoutes(config.tunnel), impersonate=config.impersonate,
-            admin_token=pki.admin_token, request_timeout_s=config.request_timeout_s,
+            host, connect_for=TunnelRoutes(config.tunnel), admin_token=pki.admin_token, request_timeout_s=config.request_timeout_s,
             stream_idle_timeout_s=config.stream_idle_timeout_s, cluster_source=cluster_source)
         advertise = config.advertise_address or config.bind_address
         sans = tuple(dict.fromkeys(("127.0.0.1", "localhost", advertise)))
@@ -313,10 +281,13 @@ class ProxyServer:
             return _reply(cp.failure(500, "InternalError", f"Internal error occurred: {exc}"))
 
     def metrics(self) -> str:
-        lines = ["# TYPE tether_cluster_proxy_requests_total counter"]
-        for outcome, count in sorted(self.proxy.counts.items()):
-            lines.append(f'tether_cluster_proxy_requests_total{{outcome="{outcome}"}} {count}')
-        return "\n".join(lines) + "\n"
+        return metrics.render([
+            metrics.counter("tether_cluster_proxy_requests_total", "Cluster proxy requests, by outcome.",
+                            {(("outcome", outcome),): count for outcome, count in self.proxy.counts.items()}),
+            metrics.counter("tether_cluster_proxy_access_reviews_total",
+                            "SubjectAccessReviews the cluster proxy sent to the hub.",
+                            {(): self.proxy.reviews}),
+        ])
 
     async def publish(self) -> None:
         """Tell `tether kubeconfig` where this proxy is (ConfigMap on the host)."""
@@ -405,37 +376,40 @@ def build_kubeconfig(name: str, server: str, ca_pem: bytes, cert_pem: bytes, key
 
 
 def default_kubeconfig_path(name: str, context: str) -> Path:
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in context or "default")
-    return base / "tether" / "kubeconfigs" / f"{safe}--{name}.yaml"
+    return daemon.state_home() / "kubeconfigs" / f"{safe}--{name}.yaml"
 
 
 async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None, *,
-                           server: str = "", ttl: datetime.timedelta = CLIENT_TTL) -> Path:
+                           server: str = "", ttl: datetime.timedelta = CLIENT_TTL,
+                           user: str = "", groups: tuple[str, ...] = ()) -> Path:
     """A kubeconfig for cluster `name` through the hub's proxy, for whoever the host
-    credentials are; returns its path (mode 0600)."""
+    credentials are (or for `user` in `groups`, issued by an admin); returns its path (mode
+    0600)."""
     if not cp.valid_cluster_name(name):
         raise ProxySetupError(f"{name!r} is not a cluster name")
     try:
         await host.get(CLUSTER_API_VERSION, "Cluster", name)
-    except KubeError as exc:
-        if exc.code == 404:
-            raise ProxySetupError(f"the hub has no cluster {name!r} (see `tether clusters`)") from None
-        raise
+    except NotFound:
+        raise ProxySetupError(f"the hub has no cluster {name!r} (see `tether clusters`)") from None
     pki = await load_pki(host, create=False)
     if not server:
         try:
             info = await host.get("v1", "ConfigMap", INFO_CONFIGMAP, HUB_NAMESPACE)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             raise ProxySetupError("no cluster proxy has announced itself on this hub; start "
                                   "`tether proxy serve` (or pass --server)") from None
         server = str((info.get("data") or {}).get("server") or "")
-    user, groups = await caller_identity(host)
+    context = host.credentials.context
+    if user:
+        context = f"{context}-{user}"  # someone else's: not in the admin's own file
+    else:
+        if groups:
+            raise ProxySetupError("--group needs --user (the certificate's user name)")
+        user, groups = await caller_identity(host)
     cert_pem, key_pem = pki.issue(user, organizations=groups, validity=ttl)
     doc = build_kubeconfig(name, server, pki.ca_cert_pem, cert_pem, key_pem)
-    path = out or default_kubeconfig_path(name, host.credentials.context)
+    path = out or default_kubeconfig_path(name, context)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

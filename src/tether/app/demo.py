@@ -1,11 +1,10 @@
-"""`tether demo`: the KubeFed seed's flow on local clusters, and what to try next.
+"""`tether demo`: KubeFed's quick-start flow on local clusters, and what to try next.
 
 1. Local clusters `hub` (the host), `cluster` and `cluster1` (members), in one data dir.
 2. `tether hub install` on `hub`; `cluster` and `cluster1` joined in push mode (the registry
    functions, as `tether join` runs them).
-3. The hub's controllers run in this process when `tether.app.hub` is available; without them the
-   Federated objects are created but nothing propagates (said so, not hidden).
-4. The seed's namespace, FederatedNamespace and FederatedDeployment applied on the host, then
+3. The hub's controllers run in this process for the demo's duration.
+4. The namespace, FederatedNamespace and FederatedDeployment applied on the host, then
    each member's result: `cluster` runs 5 replicas of nginx:1.14.0-alpine, `cluster1` 3 of
    nginx:1.17.
 
@@ -17,24 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import importlib.util
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from tether.app.hub import Hub
+from tether.app.hubconfig import HubConfig
 from tether.federation import install, registry
 from tether.federation.health import HealthTimers
 from tether.kube import KubeClient, KubeError
 from tether.local import supervisor
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 HOST = "hub"
 MEMBERS = ("cluster", "cluster1")
 DEMO_CLUSTERS = (HOST, *MEMBERS)
@@ -108,34 +106,23 @@ class MemberResult:
         return (self.replicas, self.image) == expected and self.ready == expected[0]
 
 
-# hub engine (written alongside this demo: optional until it lands) ---------------------------
-
-
-def hub_module() -> ModuleType | None:
-    """`tether.app.hub` if it is installed."""
-    if importlib.util.find_spec("tether.app.hub") is None:
-        return None
-    return importlib.import_module("tether.app.hub")
+# hub ----------------------------------------------------------------------------------------
 
 
 @contextlib.asynccontextmanager
-async def running_hub(kubeconfig: Path, module: ModuleType | None) -> AsyncIterator[bool]:
-    """Run the hub's controllers (`tether.app.hub.Hub`) in this process for the block, with
-    short health timers so fresh members turn Ready quickly; yields whether they run."""
-    hub_cls, config_cls = getattr(module, "Hub", None), getattr(module, "HubConfig", None)
-    if hub_cls is None or config_cls is None:
-        yield False
-        return
+async def running_hub(kubeconfig: Path) -> AsyncIterator[None]:
+    """Run the hub's controllers in this process for the block, with short health timers so
+    fresh members turn Ready quickly."""
     timers = HealthTimers(period_s=1.0, failure_threshold_s=3.0, success_threshold_s=1.0,
                           grace_period_s=10.0, startup_grace_period_s=10.0, probe_timeout_s=2.0)
     async with KubeClient.from_kubeconfig(kubeconfig, HOST) as client:
-        hub = hub_cls(client, config_cls(kubeconfig=kubeconfig, context=HOST, health=timers))
+        hub = Hub(client, HubConfig(kubeconfig=kubeconfig, context=HOST, health=timers))
         task = asyncio.create_task(hub.run())
         try:
             await asyncio.sleep(0.1)
             if task.done():
                 task.result()  # raise what stopped it right away
-            yield True
+            yield
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -237,7 +224,7 @@ def clusters_table(clusters: Sequence[Mapping[str, Any]], joins: Sequence[regist
 
 
 def results_table(results: Sequence[MemberResult]) -> Table:
-    table = Table("cluster", "namespace", "ready", "image", "annotations", "as the seed says",
+    table = Table("cluster", "namespace", "ready", "image", "annotations", "as expected",
                   title=f"{NAMESPACE}/{DEPLOYMENT} in each member")
     for r in results:
         replicas, image = EXPECTED[r.cluster]
@@ -284,28 +271,18 @@ async def _demo(layout: supervisor.Layout, console: Console) -> tuple[list[Membe
         with console.status("joining cluster and cluster1 (push mode)"):
             joins = await join_members(host, kubeconfig)
         console.print(clusters_table(await registry.list_clusters(host), joins))
-        module = hub_module()
-        async with running_hub(kubeconfig, module) as mode:
-            if mode:
-                console.print("[green]hub controllers running[/green] in this process")
-            else:
-                why = ("tether.app.hub is not installed" if module is None
-                       else "tether.app.hub has no Hub/HubConfig")
-                console.print(f"[yellow]propagation skipped[/yellow]: {why}; the Federated objects are "
-                              "created on the host, members stay untouched")
+        async with running_hub(kubeconfig):
+            console.print("[green]hub controllers running[/green] in this process")
             applied = await apply_seed(host)
-            console.print("applied on the host (the seed's manifests): " + ", ".join(applied))
-            if mode:
-                with console.status("waiting for each member to run its deployment"):
-                    results = await wait_propagated(kubeconfig)
-            else:
-                results = [await member_result(kubeconfig, c) for c in MEMBERS]
+            console.print("applied on the hub (KubeFed manifests): " + ", ".join(applied))
+            with console.status("waiting for each member to run its deployment"):
+                results = await wait_propagated(kubeconfig)
             status = await federated_status(host)
     conditions = (status.get("status") or {}).get("conditions") or []
     for condition in conditions:
         console.print(f"FederatedDeployment {condition.get('type')}: {condition.get('status')} "
                       f"{condition.get('reason') or ''}".rstrip())
-    return results, bool(mode)
+    return results, True
 
 
 def run(data_dir: Path, console: Console) -> int:
@@ -327,7 +304,7 @@ def run(data_dir: Path, console: Console) -> int:
     if propagated:
         ok = all(r.matches(EXPECTED[r.cluster]) for r in results)
         if ok:
-            console.print("[green]as the seed says[/green]: cluster runs 5 x nginx:1.14.0-alpine, "
+            console.print("[green]as expected[/green]: cluster runs 5 x nginx:1.14.0-alpine, "
                           "cluster1 3 x nginx:1.17 (the override's add-then-remove leaves no foo annotation)")
         else:
             console.print(f"[red]propagation did not finish within {PROPAGATION_WAIT_S:.0f}s[/red]: "

@@ -6,6 +6,15 @@
   `REFRESH_S`), and identity binding refuses an agent claiming another cluster's name or host.
 - Plain-HTTP CONNECT on 127.0.0.1:`tunnel_frontend_port` for the hub's own clients, routed with
   `destHost` (the member API host the agent announced); this is the pull Clusters' `proxyURL`.
+  Every CONNECT needs `Proxy-Authorization` with a cluster's proxy token (407 without), and may
+  reach only that cluster's `spec.apiEndpoint` host:port or a `tunnel_allowed_destinations`
+  pattern (403 otherwise), checked before any DIAL_REQ goes to an agent. The token is
+  HMAC-SHA256(hub key, cluster name): the hub key (32 random bytes, `<data-dir>/tunnel/
+  proxy-token.key`, mode 0600) never leaves the hub process; each pull Cluster whose `proxyURL`
+  is this listener gets its token in its credentials Secret as `proxyHeader.Proxy-Authorization`
+  (`Bearer <token>`), which every hub client already reads with the member's credentials
+  (`health.proxy_headers`). So exactly who may read a member's credentials may use the listener,
+  and only towards that member's API.
 - Publishes `tether-system/tether-cluster-info` (hub CA, tunnel address, tunnel CA, proxy URL)
   for `tether register`.
 """
@@ -13,22 +22,90 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import logging
+import os
 import secrets
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-from tether.app.hub import HubConfig
+from tether.app.hubconfig import HubConfig
 from tether.federation import bootstrap
+from tether.federation.crds import CLUSTER_API_VERSION
+from tether.federation.health import HUB_NAMESPACE, PROXY_HEADER_PREFIX
 from tether.kube import KubeClient, KubeError
+from tether.net import daemon
+from tether.objects import Obj
 from tether.tunnel import pki
+from tether.tunnel.connect import ConnectPolicy, token_key
+from tether.tunnel.destinations import (
+    Destination,
+    DestinationError,
+    parse_destination,
+    parse_patterns,
+)
 from tether.tunnel.server import ServerConfig, TunnelServer
 from tether.tunnel.tls import ServerTLS
 
 log = logging.getLogger(__name__)
 
 REFRESH_S = 2.0
+FIELD_MANAGER = "tether-hub-tunnel"
+PROXY_AUTH_KEY = PROXY_HEADER_PREFIX + "Proxy-Authorization"
+KEY_FILE = "proxy-token.key"
+
+def load_or_create_key(path: Path) -> bytes:
+    """The hub's proxy-token key: read, or made once (mode 0600 from the start)."""
+    try:
+        key = bytes.fromhex(path.read_text().strip())
+        if len(key) >= 32:
+            return key
+    except (FileNotFoundError, ValueError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_bytes(32)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key.hex() + "\n")
+    tmp.replace(path)
+    return key
+
+
+def proxy_token(key: bytes, cluster: str) -> str:
+    return hmac.new(key, b"tether-tunnel-proxy\0" + cluster.encode(), hashlib.sha256).hexdigest()
+
+
+def api_destination(endpoint: str) -> Destination | None:
+    """host:port of a Cluster's `spec.apiEndpoint` (https default 443, http 80)."""
+    try:
+        url = urlsplit(endpoint)
+        port = url.port or {"https": 443, "http": 80}.get(url.scheme)
+        host = url.hostname
+    except ValueError:
+        return None
+    if not host or port is None:
+        return None
+    try:
+        return parse_destination(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    except DestinationError:
+        return None
+
+
+def uses_listener(cluster: Mapping[str, Any], port: int) -> bool:
+    """Whether a Cluster reaches its member through this hub's CONNECT listener."""
+    spec = cluster.get("spec") or {}
+    try:
+        url = urlsplit(str(spec.get("proxyURL") or ""))
+        return url.scheme == "http" and url.hostname == "127.0.0.1" and url.port == port
+    except ValueError:
+        return False
 
 
 def _split(advertise: str, default_port: int) -> tuple[str, int]:
@@ -46,13 +123,16 @@ class HubTunnel:
         # never empty: an empty map would let agents in without a token
         self._tokens: dict[str, frozenset[str]] = {secrets.token_urlsafe(32): frozenset({"-"})}
         self._sentinel = dict(self._tokens)
+        self.policy = ConnectPolicy(allowed=parse_patterns(config.tunnel_allowed_destinations))
+        self._key = b""
+        self._frontend_port = 0
         # the frontend's required listener; the hub's clients use the plain CONNECT port
         self._uds = str(Path(tempfile.mkdtemp(prefix="tether-hub-")) / "tunnel.sock")
 
     def _certs(self, advertise_host: str) -> Path:
         if self.config.tunnel_certs is not None:
             return self.config.tunnel_certs
-        base = (self.config.data_dir or Path.home() / ".local" / "share" / "tether" / "hub")
+        base = (self.config.data_dir or daemon.state_home() / "hub")
         out = base / "tunnel"
         marker = out / "server-ip"  # certificates are for this address; regenerate when it changes
         current = marker.read_text().strip() if marker.exists() else ""
@@ -63,6 +143,8 @@ class HubTunnel:
         return out
 
     async def refresh_tokens(self) -> None:
+        if self._frontend_port:
+            await self.refresh_grants()
         found = await bootstrap.agent_tokens(self.host)
         fresh = {**self._sentinel, **found}
         if fresh != self._tokens:
@@ -70,12 +152,58 @@ class HubTunnel:
             self._tokens.update(fresh)
             log.info("tunnel: %d agent credential(s)", len(found))
 
+    async def refresh_grants(self) -> None:
+        """Proxy tokens for the pull Clusters behind this listener: granted to their API
+        endpoints, and written to their credentials Secrets where missing or stale."""
+        grants: dict[str, set[Destination]] = {}
+        wanted: dict[tuple[str, str], str] = {}  # (namespace, Secret) → token
+        for cluster in await self.host.list_objects(CLUSTER_API_VERSION, "Cluster"):
+            name = str((cluster.get("metadata") or {}).get("name", ""))
+            spec = cluster.get("spec") or {}
+            dest = api_destination(str(spec.get("apiEndpoint", "")))
+            if not name or dest is None or not uses_listener(cluster, self._frontend_port):
+                continue
+            token = proxy_token(self._key, name)
+            grants.setdefault(token_key(token), set()).add(dest)
+            ref = spec.get("secretRef") or {}
+            wanted[(str(ref.get("namespace") or HUB_NAMESPACE), str(ref.get("name") or name))] = token
+        self.policy.replace_grants(grants)
+        if not wanted:
+            return
+        # one list for the usual namespace; a Secret elsewhere is read on its own
+        found = {(HUB_NAMESPACE, str(s["metadata"]["name"])): s
+                 for s in await self.host.list_objects("v1", "Secret", HUB_NAMESPACE)}
+        for (namespace, secret), token in wanted.items():
+            await self._write_token(namespace, secret, token, found.get((namespace, secret)))
+
+    async def _write_token(self, namespace: str, secret: str, token: str, found: Obj | None) -> None:
+        value = base64.b64encode(f"Bearer {token}".encode()).decode()
+        if found is None and namespace != HUB_NAMESPACE:
+            try:
+                found = await self.host.get_or_none("v1", "Secret", secret, namespace)
+            except KubeError as exc:
+                log.warning("tunnel: reading Secret %s/%s failed: %s", namespace, secret, exc)
+        if found is None:
+            return  # registration writes it; the next refresh adds the token
+        if (found.get("data") or {}).get(PROXY_AUTH_KEY) == value:
+            return
+        try:
+            await self.host.patch("v1", "Secret", secret, {"data": {PROXY_AUTH_KEY: value}},
+                                  namespace=namespace, field_manager=FIELD_MANAGER)
+        except KubeError as exc:  # the next refresh tries again; the other Clusters go on
+            log.warning("tunnel: writing the proxy token to Secret %s/%s failed: %s", namespace,
+                        secret, exc)
+            return
+        log.info("tunnel: proxy token written to Secret %s/%s", namespace, secret)
+
     async def start(self) -> str:
         c = self.config
         assert c.tunnel_agent_port is not None
         host, _ = _split(c.tunnel_advertise or "127.0.0.1", c.tunnel_agent_port)
         certs = self._certs(host)
         agent_dir = certs / "agent"
+        base = (self.config.data_dir or Path.home() / ".local" / "share" / "tether" / "hub")
+        self._key = load_or_create_key(base / "tunnel" / KEY_FILE)
         config = ServerConfig(
             mode="http-connect", uds_name=self._uds, server_port=0,
             agent_bind_address=c.tunnel_bind_address, agent_port=c.tunnel_agent_port,
@@ -84,7 +212,7 @@ class HubTunnel:
             agent_tls=ServerTLS(str(agent_dir / "issued" / "proxy-frontend.crt"),
                                 str(agent_dir / "private" / "proxy-frontend.key")),
             proxy_strategies=("destHost",), agent_identity_binding="auto",
-            agent_tokens=self._tokens)
+            agent_tokens=self._tokens, connect_policy=self.policy)
         try:
             await self.refresh_tokens()
         except KubeError as exc:
@@ -93,6 +221,11 @@ class HubTunnel:
         await self.server.start()
         agent_port = self.server.ports.get("agent", c.tunnel_agent_port)
         frontend_port = self.server.ports.get("plain-connect", c.tunnel_frontend_port)
+        self._frontend_port = frontend_port
+        try:
+            await self.refresh_grants()
+        except KubeError as exc:
+            log.warning("tunnel: reading pull Clusters failed: %s", exc)
         _, advertised_port = _split(c.tunnel_advertise or "127.0.0.1", agent_port)
         address = f"{host}:{advertised_port}"
         proxy_url = f"http://127.0.0.1:{frontend_port}"

@@ -25,8 +25,8 @@ DataDir = Annotated[Path | None, Opt("--data-dir", help="Where agents keep their
 
 def _duration(text: str) -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not match:
-        raise typer.BadParameter("a duration like 30m, 24h or 2d", param_hint="--ttl")
+    if not match or float(match.group(1)) <= 0:
+        raise typer.BadParameter("a positive duration like 90s, 30m, 24h or 2d", param_hint="--ttl")
     return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
 
 
@@ -50,16 +50,24 @@ def token_create(
     kubeconfig: Annotated[Path | None, Opt("--kubeconfig", help="Hub kubeconfig")] = None,
     hub_address: Annotated[str | None, Opt("--hub-address", help="The hub API address as members "
                                            "reach it [default: the kubeconfig's server]")] = None,
-    cluster_name: Annotated[str, Opt("--cluster-name", help="Name put in the printed command")] = "NAME",
+    cluster_name: Annotated[str, Opt("--cluster-name", help="The one cluster this token may "
+                                     "register")] = "",
 ) -> None:
-    """Create a bootstrap token on the hub (a ServiceAccount token with limited rights)."""
+    """Create a bootstrap token on the hub that may register one cluster, until --ttl ends.
+
+    A kubeadm bootstrap token (Secret kube-system/bootstrap-token-ID): the hub's API server
+    refuses it from its expiry on. It may only submit the registration of --cluster-name, which
+    `tether hub run` approves; it can read no Secret and write no RBAC.
+    """
     from tether.federation import bootstrap
 
     ttl_s = _duration(ttl)
+    if not cluster_name:
+        raise _fail("--cluster-name is required: a token registers one named cluster")
 
     async def run() -> None:
         async with KubeClient.from_kubeconfig(kubeconfig, host_context) as host:
-            token = await bootstrap.create_token(host, ttl_s)
+            token = await bootstrap.create_token(host, cluster_name, ttl_s)
             ca_hash = bootstrap.ca_cert_hash(host.credentials.ca_pem or b"")
             address = hub_address or host.credentials.server
         if print_register_command:
@@ -114,16 +122,17 @@ def register_command(
     from tether.federation import bootstrap
 
     async def run() -> bootstrap.Registration:
+        # the pin is checked before the token is sent anywhere; from then on only to that CA
         ca_pem, info = await bootstrap.discover_hub(hub_address, token, ca_cert_hash)
-        _, bearer = bootstrap.split_token(token)
+        token_id, _ = bootstrap.split_token(token)
         from tether.kube import ClusterCredentials
 
-        hub_creds = ClusterCredentials.from_token(server=hub_address, token=bearer, ca_bundle=ca_pem,
-                                                  name="hub")
+        hub_creds = ClusterCredentials.from_token(server=hub_address, token=token.strip(),
+                                                  ca_bundle=ca_pem, name="hub")
         async with KubeClient(hub_creds) as hub, \
                 KubeClient.from_kubeconfig(kubeconfig, context) as member:
-            reg = await bootstrap.register(hub, member, cluster_name, info, proxy_url=proxy_url,
-                                           tunnel_agent_address=tunnel_server)
+            reg = await bootstrap.register(hub, member, cluster_name, token_id, info,
+                                           proxy_url=proxy_url, tunnel_agent_address=tunnel_server)
         return bootstrap.Registration(
             name=reg.name, api_endpoint=reg.api_endpoint, agent_token=reg.agent_token,
             hub_ca_pem=ca_pem, tunnel_agent_address=reg.tunnel_agent_address,

@@ -76,6 +76,10 @@ def run(
         "--tunnel-advertise-address", help="HOST[:PORT] agents dial [default: 127.0.0.1]")] = "",
     tunnel_certs: Annotated[Path | None, typer.Option(
         "--tunnel-certs", help="A `tether certs` directory [default: generated in --data-dir]")] = None,
+    allowed_destinations: Annotated[list[str] | None, typer.Option(
+        "--allowed-destinations", help="Let the tunnel's CONNECT listener reach these too, for any "
+        "caller holding a cluster's proxy token (comma-separated, repeatable: CIDR, IP, host, "
+        "*.suffix, each optionally :PORT) [default: only each pull member's API endpoint]")] = None,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", help="Hub state (tunnel certificates) [default: ~/.local/share/tether/hub]")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
@@ -83,7 +87,14 @@ def run(
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
 
     from tether.app import hub as hub_app
+    from tether.app.hubconfig import HubConfig
     from tether.federation.health import HealthTimers
+    from tether.tunnel.destinations import DestinationError, parse_patterns
+
+    try:
+        parse_patterns(allowed_destinations or ())
+    except DestinationError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--allowed-destinations") from None
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -94,13 +105,14 @@ def run(
     timers = HealthTimers(period_s=health_period, failure_threshold_s=health_threshold,
                           success_threshold_s=health_threshold, grace_period_s=health_grace,
                           startup_grace_period_s=max(health_grace, 60.0 * health_grace / 40.0))
-    config = hub_app.HubConfig(kubeconfig=kubeconfig, context=context, port=port,
+    config = HubConfig(kubeconfig=kubeconfig, context=context, port=port,
                                health_port=health_port, health=timers, resync_s=resync,
                                proxy_port=proxy_port,
                                tunnel_agent_port=tunnel_agent_port,
                                tunnel_frontend_port=tunnel_frontend_port,
                                tunnel_bind_address=tunnel_bind_address,
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
+                               tunnel_allowed_destinations=tuple(allowed_destinations or ()),
                                data_dir=data_dir)
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))

@@ -37,7 +37,7 @@ def demo(
     data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Where the demo clusters keep state "
                                                   "[default: ~/.local/share/tether/demo]")] = None,
 ) -> None:
-    """Start a hub and two member clusters, join them, and federate the seed's sample app."""
+    """Start a hub and two member clusters, join them, and federate a sample app."""
     from tether.app import demo as demo_app
     from tether.local import supervisor
 

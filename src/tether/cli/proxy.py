@@ -47,8 +47,6 @@ def serve(
     tunnel_ca_cert: Annotated[str, Opt("--tunnel-ca-cert", help="Frontend CA (ca.crt)")] = "",
     tunnel_cert: Annotated[str, Opt("--tunnel-cert", help="Frontend client cert (proxy-client.crt)")] = "",
     tunnel_key: Annotated[str, Opt("--tunnel-key", help="Frontend client key (proxy-client.key)")] = "",
-    impersonate: Annotated[str, Opt("--impersonate", help="auto (when the member token may "
-                                    "impersonate), always or never")] = "auto",
     publish: Annotated[bool, Opt("--publish/--no-publish", help="Record the address on the hub for "
                                  "`tether kubeconfig`")] = True,
     verbose: Annotated[bool, Opt("--verbose", "-v", help="Log at INFO level")] = False,
@@ -61,17 +59,13 @@ def serve(
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if impersonate not in ("auto", "always", "never"):
-        raise typer.BadParameter("auto, always or never", param_hint="--impersonate")
     tunnel = None
     if tunnel_server:
         tls = ClientTLS(tunnel_ca_cert, tunnel_cert, tunnel_key) if tunnel_ca_cert else None
         tunnel = proxy_app.TunnelConfig(tunnel_server, tls)
     config = proxy_app.ProxyConfig(
         kubeconfig=host_kubeconfig, context=host_context, bind_address=bind_address, port=port,
-        advertise_address=advertise_address, tunnel=tunnel,
-        impersonate=impersonate,  # type: ignore[arg-type]  # checked above
-        publish=publish)
+        advertise_address=advertise_address, tunnel=tunnel, publish=publish)
     try:
         code = asyncio.run(proxy_app.serve(config, announce=lambda line: typer.echo(line, err=False)))
     except (KubeError, KubeconfigError, OSError, proxy_app.ProxySetupError) as exc:
@@ -80,13 +74,15 @@ def serve(
 
 
 def _write_kubeconfig(name: str, host_kubeconfig: Path | None, host_context: str | None,
-                      out: Path | None, server: str, ttl_h: float) -> Path:
+                      out: Path | None, server: str, ttl_h: float, user: str = "",
+                      groups: tuple[str, ...] = ()) -> Path:
     from tether.app import clusterproxy as proxy_app
 
     async def run() -> Path:
         async with KubeClient.from_kubeconfig(host_kubeconfig, host_context) as host:
             return await proxy_app.write_kubeconfig(
-                host, name, out, server=server, ttl=datetime.timedelta(hours=ttl_h))
+                host, name, out, server=server, ttl=datetime.timedelta(hours=ttl_h), user=user,
+                groups=groups)
 
     try:
         return asyncio.run(run())
@@ -103,9 +99,19 @@ def kubeconfig(
     server: Annotated[str, Opt("--server", help="The proxy's https URL [default: what the running "
                                "proxy recorded on the hub]")] = "",
     ttl: Annotated[float, Opt("--ttl", help="Hours the client certificate is valid")] = 24.0,
+    user: Annotated[str, Opt("--user", help="Issue it for this user instead of yourself "
+                             "(hub admins only)")] = "",
+    group: Annotated[list[str] | None, Opt("--group", help="A group of --user (repeatable)")] = None,
 ) -> None:
-    """Write a kubeconfig that reaches cluster NAME through the hub's proxy; print its path."""
-    typer.echo(str(_write_kubeconfig(name, host_kubeconfig, host_context, out, server, ttl)))
+    """Write a kubeconfig that reaches cluster NAME through the hub's proxy; print its path.
+
+    Only the hub's admins can issue these (the proxy CA is an admin secret). The holder may use
+    NAME's proxy if the hub's RBAC allows `clusters/proxy` on NAME (group cluster.tether.io),
+    and does in NAME what NAME's RBAC allows that user; the hub's admins (system:masters) are
+    the group tether:hub-admins there, which join/register bind to cluster-admin.
+    """
+    typer.echo(str(_write_kubeconfig(name, host_kubeconfig, host_context, out, server, ttl,
+                                     user, tuple(group or ()))))
 
 
 def kubectl_path() -> str:

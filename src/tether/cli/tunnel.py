@@ -15,6 +15,7 @@ import typer
 app = typer.Typer(help="ANP-compatible tunnel: proxy-server and proxy-agent.", no_args_is_help=True)
 
 Opt = typer.Option
+SHUTDOWN_S = 5.0  # after the drain: closing streams and listeners
 
 
 def _logging(verbose: bool) -> None:
@@ -128,11 +129,20 @@ def agent(
     service_account_token_path: Annotated[str, Opt("--service-account-token-path")] = "",
     plain_anp: Annotated[bool, Opt("--no-flow-control", help="Do not offer tether's per-connection "
                                                              "windows")] = False,
+    allowed_destinations: Annotated[list[str] | None, Opt(
+        "--allowed-destinations", help="Only dial these (comma-separated, repeatable): CIDR, IP, "
+        "host, *.suffix, each optionally :PORT, e.g. 10.0.0.0/8:443,api.internal:6443 "
+        "[default: any valid host:port]")] = None,
+    drain_timeout: Annotated[float, Opt("--drain-timeout", help="Seconds to wait after SIGTERM for "
+                                                               "open connections to end before "
+                                                               "exiting (a second signal exits "
+                                                               "at once)")] = 20.0,
     allow_insecure: Annotated[bool, Opt("--allow-insecure", help="No TLS (tests only)")] = False,
     verbose: Annotated[bool, Opt("-v", "--verbose")] = False,
 ) -> None:
     """Run the proxy agent: dial out to every server replica and serve their dials."""
     from tether.tunnel.agent import AgentConfig, TunnelAgent
+    from tether.tunnel.destinations import DestinationError, parse_patterns
     from tether.tunnel.routing import IdentifierError, parse_identifiers
     from tether.tunnel.tls import ClientTLS
 
@@ -145,6 +155,12 @@ def agent(
         raise typer.BadParameter("must be at least 30 seconds", param_hint="--keepalive-time")
     if not ca_cert and not allow_insecure:
         raise typer.BadParameter("required", param_hint="--ca-cert")
+    if drain_timeout < 0:
+        raise typer.BadParameter("must be 0 or more seconds", param_hint="--drain-timeout")
+    try:
+        allowed = parse_patterns(allowed_destinations or ())
+    except DestinationError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--allowed-destinations") from None
     tls = ClientTLS(ca_cert, agent_cert, agent_key, server_name=proxy_server_host) if ca_cert else None
     config = AgentConfig(
         proxy_server_host=proxy_server_host, proxy_server_port=proxy_server_port, tls=tls,
@@ -155,24 +171,33 @@ def agent(
         sync_interval_cap_s=sync_interval_cap, probe_interval_s=probe_interval,
         sync_forever=sync_forever, keepalive_time_s=keepalive_time,
         token_path=service_account_token_path, window_bytes=0 if plain_anp else 1024 * 1024,
+        allowed_destinations=allowed,
     )
 
     async def run() -> None:
         stop = asyncio.Event()
         tunnel = TunnelAgent(config)
-        signals = 0
+        draining: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
 
-        def on_signal() -> None:  # first: DRAIN and stop syncing; second: exit
-            nonlocal signals
-            signals += 1
-            if signals == 1:
-                tunnel.drain()
+        def on_signal() -> None:  # first: DRAIN, stop when drained or timed out; second: now
+            nonlocal draining
+            if draining is None:
+                draining = loop.create_task(tunnel.drain_then_stop(stop, drain_timeout))
             else:
                 stop.set()
 
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
-        await tunnel.run(stop)
+        runner = loop.create_task(tunnel.run(stop))
+        stopped = loop.create_task(stop.wait())
+        await asyncio.wait({runner, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        try:  # run() winds down at once on stop; never let a stuck step hold the process
+            async with asyncio.timeout(SHUTDOWN_S):
+                await runner
+        except TimeoutError:
+            logging.getLogger("tether.tunnel.agent").warning(
+                "did not stop within %.0fs of the drain; exiting", SHUTDOWN_S)
 
     asyncio.run(run())

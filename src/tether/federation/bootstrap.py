@@ -1,30 +1,40 @@
 """Pull-mode registration: bootstrap tokens on the hub, CA pinning, and `tether register`.
 
-**Bootstrap token choice.** kubeadm's `bootstrap-token-<id>` Secrets need the API server's
-bootstrap-token authenticator, which tether's local clusters do not have (and which a managed hub
-may not enable). tether therefore issues a *ServiceAccount* token with limited rights, named like
-kubeadm's: ServiceAccount `tether-system/tether-bootstrap-<id>` (annotated with its expiration),
-bound to the ClusterRole `tether:bootstrap` (create/get Clusters; ServiceAccounts, Secrets,
-Namespaces, Leases in `tether-system` and the execution namespaces), and a TokenRequest token for
-it with `expirationSeconds` = the TTL. The printed token is `<id>.<jwt>` (the id names the
-ServiceAccount; the JWT is what authenticates). `token create` deletes expired bootstrap
-ServiceAccounts, which revokes their tokens; `tether token delete ID` revokes one at once.
+**Bootstrap tokens** are kubeadm's: `<id>.<secret>` (6 and 16 characters of `[a-z0-9]`), stored
+as the Secret `kube-system/bootstrap-token-<id>` (type `bootstrap.kubernetes.io/token`, with an
+`expiration`), which kube-apiserver's bootstrap-token authenticator (`--enable-bootstrap-token-auth`;
+on by default with kubeadm, and in tether's local clusters) checks at every authentication, so a
+token stops working at its expiry to the second; kube-controller-manager's token cleaner (and
+the hub's registry controller) then delete it. The user is `system:bootstrap:<id>`. A token
+names the one cluster it may register (`token create --cluster-name`; the Secret's label
+`cluster.tether.io/bootstrap-for`, which only admins can change).
 
-**CA pinning.** As kubeadm: `--ca-cert-hash sha256:<hex>` is the SHA-256 of the hub API CA's
-DER SubjectPublicKeyInfo. `register` opens an unverified TLS connection, reads the CA from the
-ConfigMap `kube-public/cluster-info` anonymously (kubeadm's; readable on real clusters) or, when
-anonymous reads are refused (tether's local clusters), from `tether-system/tether-cluster-info`
-with the bootstrap token, then checks the CA's hash and that the certificate the hub presented
-was issued by that CA. Only then is a verified client built. (With the fallback the bootstrap
-token has been sent before the pin was checked: a short TTL bounds that exposure.)
+**What a bootstrap token may do**: the Role `tether:bootstrap:<id>` in `tether-system` allows
+`get`/`update`/`patch`/`delete` of the ClusterRegistrationRequest named `<id>` and `get` of the
+ConfigMap `tether-cluster-info`, nothing else: no Secret reads, no Cluster writes, no RBAC
+writes. Registration is CSR-like: `token create` makes the request (`spec.clusterName`),
+`register` fills in the member's details and the hub's member credential, and the hub's registry
+controller (`tether.federation.registrations`, in `tether hub run`) checks them against the
+token, then creates with its own identity what the agent needs (the Cluster, the Secret
+`tether-system/<name>`, the agent's ServiceAccount, token and Roles, the Lease, the execution
+namespace) and puts the agent's token in the request's status; `register` collects it and
+deletes the request, which uses the token up.
 
-**Registration** (with the bootstrap token on the hub, the member's own credentials there):
-member side as `tether join` (ServiceAccount `tether-<name>` with its token, so the hub can reach
-the member API through the tunnel); hub side: Namespace `tether-es-<name>`, Secret
-`tether-system/<name>` (member token and CA), ServiceAccount `tether-agent-<name>` with the
-ClusterRole/Binding `tether:agent:<name>` and its token Secret (the agent's long-lived
-credential), and the Cluster (`syncMode: Pull`, `apiEndpoint` as the member sees it, `proxyURL`
-the hub's tunnel CONNECT address when the hub runs a tunnel server).
+**The agent's identity** (`agent_rbac`) may read and patch its own Cluster and its status,
+renew its own Lease and work with the Works in its own `tether-es-<name>`: nothing of another
+cluster, no Secrets.
+
+**CA pinning, before any credential is sent** (kubeadm's order): `register` opens a TLS
+connection without verification, reads the hub CA from the ConfigMap `kube-public/cluster-info`
+*anonymously* (`token create` publishes it and lets `system:anonymous` read it, as kubeadm does),
+checks the SHA-256 of the CA's DER SubjectPublicKeyInfo against `--ca-cert-hash` and that the
+certificate the hub presented was issued by that CA; only then does it send the bootstrap token,
+over a connection verified with that CA. A hub that does not publish its CA anonymously is
+refused with a message, never sent the token.
+
+**Member side** (as `tether join`, `registry.member_objects`): the ServiceAccount `tether-<name>`
+with its token, its least-privilege role (impersonation included, for the cluster proxy) and
+the `tether:hub-admins` binding.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import math
 import re
 import secrets
 import ssl
@@ -46,32 +57,52 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tether.federation import registry
-from tether.federation.crds import CLUSTER_API_VERSION, execution_namespace
-from tether.federation.health import HUB_NAMESPACE, rfc3339
+from tether.federation.crds import (
+    CLUSTER_API_VERSION,
+    CLUSTER_GROUP,
+    REGISTRATION_KIND,
+    REGISTRATION_PLURAL,
+    execution_namespace,
+)
+from tether.federation.health import HUB_NAMESPACE
 from tether.federation.registry import agent_account, agent_role, agent_token_secret
-from tether.kube import ClusterCredentials, KubeClient, KubeError
-
-Obj = dict[str, Any]
+from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
+from tether.objects import Obj
+from tether.objects.times import rfc3339, seconds_of
 
 FIELD_MANAGER = "tether-bootstrap"
-BOOTSTRAP_ROLE = "tether:bootstrap"
-BOOTSTRAP_PREFIX = "tether-bootstrap-"
-EXPIRES_ANNOTATION = "cluster.tether.io/expiration"
+BOOTSTRAP_ROLE = "tether:bootstrap"  # + ":<id>": each token's own Role and RoleBinding
+BOOTSTRAP_PREFIX = "tether-bootstrap-"  # the ServiceAccounts older tethers used as tokens
+TOKEN_NAMESPACE = "kube-system"
+TOKEN_SECRET_PREFIX = "bootstrap-token-"
+TOKEN_SECRET_TYPE = "bootstrap.kubernetes.io/token"
+TOKEN_USER_PREFIX = "system:bootstrap:"
+TOKEN_GROUP = "system:bootstrappers:tether"
 BOOTSTRAP_LABEL = "cluster.tether.io/bootstrap-token"
+BOOTSTRAP_FOR_LABEL = "cluster.tether.io/bootstrap-for"
 AGENT_FOR_LABEL = "cluster.tether.io/agent-for"
 CLUSTER_INFO = "tether-cluster-info"  # ConfigMap in tether-system: ca.crt, server, tunnel info
+PUBLIC_NAMESPACE = "kube-public"
+PUBLIC_CLUSTER_INFO = "cluster-info"  # kubeadm's, readable anonymously
+PUBLIC_CLUSTER_INFO_ROLE = "kubeadm:bootstrap-signer-clusterinfo"
 TUNNEL_AGENT_ADDRESS_KEY = "tunnelAgentAddress"  # host:port the agents dial
 TUNNEL_PROXY_URL_KEY = "tunnelProxyURL"  # http://host:port CONNECT frontend for the hub's clients
 TUNNEL_CA_KEY = "tunnel-ca.crt"  # CA of the tunnel agent port's server certificate
 REQUEST_TIMEOUT_S = 10.0
-_ID = re.compile(r"^[a-z0-9]{6}$")
+APPROVAL_WAIT_S = 60.0
+RBAC_API = "rbac.authorization.k8s.io/v1"
+REQUESTS_PATH = f"/apis/{CLUSTER_API_VERSION}/namespaces/{HUB_NAMESPACE}/{REGISTRATION_PLURAL}"
+APPROVED = "Approved"
+DENIED = "Denied"
+_ALPHABET = string.ascii_lowercase + string.digits
+_TOKEN_ID = re.compile(r"^[a-z0-9]{6}$")
 
 
 class BootstrapError(Exception):
     """A token or registration problem, with a message for the user (never the token)."""
 
 
-# CA hashes -------------------------------------------------------------------------------------
+# CA hashes and token syntax --------------------------------------------------------------------
 
 
 def ca_cert_hash(pem: bytes) -> str:
@@ -93,140 +124,270 @@ def normalize_hash(value: str) -> str:
 
 
 def split_token(token: str) -> tuple[str, str]:
-    """(id, bearer) from `<id>.<jwt>`."""
-    token_id, sep, bearer = token.strip().partition(".")
-    if not sep or not _ID.match(token_id) or not bearer:
+    """(id, secret) from `<id>.<secret>`. Only the id's shape is checked here: whether the
+    secret is right (kubeadm's are 16 characters of `[a-z0-9]`) is the hub's to say."""
+    token_id, sep, secret = token.strip().partition(".")
+    if not sep or not _TOKEN_ID.match(token_id) or not secret:
         raise BootstrapError("the token must look like <6-character id>.<secret> "
                              "(as printed by `tether token create`)")
-    return token_id, bearer
+    return token_id, secret
 
 
-# tokens on the hub -----------------------------------------------------------------------------
+def token_secret_name(token_id: str) -> str:
+    return TOKEN_SECRET_PREFIX + token_id
+
+
+def token_role(token_id: str) -> str:
+    return f"{BOOTSTRAP_ROLE}:{token_id}"
+
+
+def token_user(token_id: str) -> str:
+    return TOKEN_USER_PREFIX + token_id
+
+
+# what a token is, on the hub (pure) ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class BootstrapToken:
     token_id: str
-    token: str = ""  # "<id>.<jwt>"; never logged
+    token: str = ""  # "<id>.<secret>"; never logged
     expires_s: float = 0.0
+    cluster: str = ""
 
     def __repr__(self) -> str:
-        return f"BootstrapToken({self.token_id!r}, expires={rfc3339(self.expires_s)})"
+        return (f"BootstrapToken({self.token_id!r}, cluster={self.cluster!r}, "
+                f"expires={rfc3339(self.expires_s)})")
 
 
-def bootstrap_role() -> Obj:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": BOOTSTRAP_ROLE},
-        "rules": [
-            {"apiGroups": ["cluster.tether.io"], "resources": ["clusters"],
-             "verbs": ["get", "list", "create", "patch"]},
-            {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts", "secrets",
-                                              "configmaps"],
-             "verbs": ["get", "create", "patch"]},
-            {"apiGroups": ["rbac.authorization.k8s.io"],
-             "resources": ["clusterroles", "clusterrolebindings"],
-             "verbs": ["get", "create", "patch", "bind", "escalate"]},
-        ],
-    }
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def bootstrap_secret(token_id: str, token_secret: str, cluster: str, expires_s: float) -> Obj:
+    """kubeadm's bootstrap-token Secret, authenticating only (no signing), for `cluster`."""
+    data = {"token-id": token_id, "token-secret": token_secret,
+            "expiration": rfc3339(expires_s), "usage-bootstrap-authentication": "true",
+            "auth-extra-groups": TOKEN_GROUP,
+            "description": f"tether register {cluster} (created by tether token create)"}
+    return {"apiVersion": "v1", "kind": "Secret", "type": TOKEN_SECRET_TYPE,
+            "metadata": {"name": token_secret_name(token_id), "namespace": TOKEN_NAMESPACE,
+                         "labels": {BOOTSTRAP_LABEL: token_id, BOOTSTRAP_FOR_LABEL: cluster}},
+            "data": {k: _b64(v) for k, v in data.items()}}
+
+
+def registration_request(token_id: str, cluster: str) -> Obj:
+    return {"apiVersion": CLUSTER_API_VERSION, "kind": REGISTRATION_KIND,
+            "metadata": {"name": token_id, "namespace": HUB_NAMESPACE,
+                         "labels": {BOOTSTRAP_LABEL: token_id, BOOTSTRAP_FOR_LABEL: cluster}},
+            "spec": {"clusterName": cluster, "tokenID": token_id}}
+
+
+def bootstrap_rbac(token_id: str) -> list[Obj]:
+    """The token's only rights: its own registration request and the hub's cluster info."""
+    name = token_role(token_id)
+    labels = {BOOTSTRAP_LABEL: token_id}
+    return [
+        {"apiVersion": RBAC_API, "kind": "Role",
+         "metadata": {"name": name, "namespace": HUB_NAMESPACE, "labels": labels},
+         "rules": [
+             {"apiGroups": [CLUSTER_GROUP], "resources": [REGISTRATION_PLURAL],
+              "resourceNames": [token_id], "verbs": ["get", "update", "patch", "delete"]},
+             {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CLUSTER_INFO],
+              "verbs": ["get"]},
+         ]},
+        {"apiVersion": RBAC_API, "kind": "RoleBinding",
+         "metadata": {"name": name, "namespace": HUB_NAMESPACE, "labels": labels},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "User", "name": token_user(token_id),
+                       "apiGroup": "rbac.authorization.k8s.io"}]},
+    ]
+
+
+def public_cluster_info_rbac() -> list[Obj]:
+    """kubeadm's: anonymous clients may read `kube-public/cluster-info` (and nothing else)."""
+    return [
+        {"apiVersion": RBAC_API, "kind": "Role",
+         "metadata": {"name": PUBLIC_CLUSTER_INFO_ROLE, "namespace": PUBLIC_NAMESPACE},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                    "resourceNames": [PUBLIC_CLUSTER_INFO], "verbs": ["get"]}]},
+        {"apiVersion": RBAC_API, "kind": "RoleBinding",
+         "metadata": {"name": PUBLIC_CLUSTER_INFO_ROLE, "namespace": PUBLIC_NAMESPACE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": PUBLIC_CLUSTER_INFO_ROLE},
+         "subjects": [{"kind": "User", "name": "system:anonymous",
+                       "apiGroup": "rbac.authorization.k8s.io"}]},
+    ]
+
+
+def public_kubeconfig(server: str, ca_pem: bytes) -> str:
+    return ("apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n"
+            f"    certificate-authority-data: {base64.b64encode(ca_pem).decode()}\n"
+            f"    server: {server}\n")
+
+
+# tokens on the hub (as an admin) ---------------------------------------------------------------
 
 
 async def publish_cluster_info(host: KubeClient, extra: Mapping[str, str] | None = None, *,
                                field_manager: str = FIELD_MANAGER) -> None:
-    """The hub CA (and tunnel details) where `register` finds them. Each writer (token create,
-    the hub's tunnel) applies its own keys under its own field manager."""
-    ca = (host.credentials.ca_pem or b"").decode()
-    data = {"ca.crt": ca, "server": host.credentials.server, **dict(extra or {})}
+    """The hub CA (and tunnel details) where `register` finds them: kubeadm's anonymous
+    `kube-public/cluster-info` (the CA, to check the pin before any credential is sent) and
+    `tether-system/tether-cluster-info` (read with the token once the pin held). Each writer
+    (token create, the hub's tunnel) applies its own keys under its own field manager."""
+    ca = host.credentials.ca_pem or b""
+    data = {"ca.crt": ca.decode(), "server": host.credentials.server, **dict(extra or {})}
     await host.apply({"apiVersion": "v1", "kind": "Namespace",
                       "metadata": {"name": HUB_NAMESPACE}}, field_manager=FIELD_MANAGER)
     await host.apply({"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": CLUSTER_INFO, "namespace": HUB_NAMESPACE},
                       "data": data}, field_manager=field_manager)
-    kubeconfig = (
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n"
-        f"    certificate-authority-data: {base64.b64encode(ca.encode()).decode()}\n"
-        f"    server: {host.credentials.server}\n")
-    try:  # kubeadm's anonymous-readable cluster-info
-        await host.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": "cluster-info", "namespace": "kube-public"},
-                          "data": {"kubeconfig": kubeconfig}}, field_manager=field_manager)
-    except KubeError:
-        pass
+    await host.apply({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": PUBLIC_NAMESPACE}}, field_manager=FIELD_MANAGER)
+    await host.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": PUBLIC_CLUSTER_INFO, "namespace": PUBLIC_NAMESPACE},
+                      "data": {"kubeconfig": public_kubeconfig(host.credentials.server, ca)}},
+                     field_manager=field_manager)
+    for obj in public_cluster_info_rbac():
+        await host.apply(obj, field_manager=FIELD_MANAGER)
 
 
-async def create_token(host: KubeClient, ttl_s: float) -> BootstrapToken:
+async def create_token(host: KubeClient, cluster: str, ttl_s: float) -> BootstrapToken:
+    """A bootstrap token that may register `cluster` for `ttl_s` seconds (exactly: the hub's
+    authenticator checks the expiry)."""
+    try:
+        registry.validate_name(cluster)
+    except registry.RegistryError as exc:
+        raise BootstrapError(str(exc)) from None
+    if ttl_s <= 0:
+        raise BootstrapError("--ttl must be positive")
     if not host.credentials.ca_pem:
         raise BootstrapError("the hub kubeconfig has no certificate-authority data to pin")
     await delete_expired(host)
     await publish_cluster_info(host)
-    alphabet = string.ascii_lowercase + string.digits
-    token_id = "".join(secrets.choice(alphabet) for _ in range(6))
-    account = BOOTSTRAP_PREFIX + token_id
-    expires = time.time() + ttl_s
-    await host.apply(bootstrap_role(), field_manager=FIELD_MANAGER)
-    await host.apply({"apiVersion": "v1", "kind": "ServiceAccount",
-                      "metadata": {"name": account, "namespace": HUB_NAMESPACE,
-                                   "labels": {BOOTSTRAP_LABEL: token_id},
-                                   "annotations": {EXPIRES_ANNOTATION: rfc3339(expires)}}},
-                     field_manager=FIELD_MANAGER)
-    await host.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                      "metadata": {"name": f"{BOOTSTRAP_ROLE}:{token_id}",
-                                   "labels": {BOOTSTRAP_LABEL: token_id}},
-                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": BOOTSTRAP_ROLE},
-                      "subjects": [{"kind": "ServiceAccount", "name": account,
-                                    "namespace": HUB_NAMESPACE}]},
-                     field_manager=FIELD_MANAGER)
-    answer = await host.request(
-        "POST", f"/api/v1/namespaces/{HUB_NAMESPACE}/serviceaccounts/{account}/token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-              "spec": {"expirationSeconds": max(600, int(ttl_s))}})
-    jwt = str((answer.get("status") or {}).get("token") or "")
-    if not jwt:
-        raise BootstrapError("the hub did not issue a token (TokenRequest answered without one)")
-    return BootstrapToken(token_id, f"{token_id}.{jwt}", expires)
+    token_id = "".join(secrets.choice(_ALPHABET) for _ in range(6))
+    token_secret = "".join(secrets.choice(_ALPHABET) for _ in range(16))
+    expires = float(math.ceil(time.time() + ttl_s))  # RFC 3339 in the Secret has whole seconds
+    # The request and the Role first, the Secret (what makes the token valid) last: the registry
+    # controller reads a request without its token as one whose token is gone.
+    try:
+        await host.create(registration_request(token_id, cluster), field_manager=FIELD_MANAGER)
+    except NotFound:
+        raise BootstrapError("the hub has no ClusterRegistrationRequest type: run "
+                             "`tether hub install` on it (again, after an upgrade)") from None
+    for obj in bootstrap_rbac(token_id):
+        await host.apply(obj, field_manager=FIELD_MANAGER)
+    await host.create(bootstrap_secret(token_id, token_secret, cluster, expires),
+                      field_manager=FIELD_MANAGER)
+    token = BootstrapToken(token_id, f"{token_id}.{token_secret}", expires, cluster)
+    if not await _accepted(host, token):
+        await delete_token(host, token_id)
+        raise BootstrapError(
+            "the hub's API server does not accept bootstrap tokens (kube-apiserver "
+            "--enable-bootstrap-token-auth, on by default with kubeadm): enable it, or register "
+            "the member in push mode with `tether join`")
+    return token
+
+
+async def _accepted(host: KubeClient, token: BootstrapToken) -> bool:
+    """Whether the hub authenticates `token` (a SelfSubjectReview made with it). A token that
+    expired meanwhile (a TTL of seconds) says nothing either way: counted as accepted."""
+    credentials = ClusterCredentials.from_token(
+        server=host.credentials.server, token=token.token, ca_bundle=host.credentials.ca_pem)
+    async with KubeClient(credentials, connect=host.connect, timeout_s=REQUEST_TIMEOUT_S) as client:
+        try:
+            answer = await client.request(
+                "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", idempotent=True,
+                body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        except KubeError as exc:
+            if exc.code == 401:
+                return time.time() >= token.expires_s
+            return True  # another refusal (no SelfSubjectReview API): not a verdict on the token
+    user = ((answer.get("status") or {}).get("userInfo") or {}).get("username")
+    return user == token_user(token.token_id)
+
+
+async def _delete_quietly(host: KubeClient, api_version: str, kind: str, name: str,
+                          namespace: str | None = None) -> bool:
+    try:
+        await host.delete(api_version, kind, name, namespace)
+        return True
+    except NotFound:
+        return False
 
 
 async def delete_token(host: KubeClient, token_id: str) -> bool:
-    found = False
-    for api_version, kind, name, namespace in (
-        ("v1", "ServiceAccount", BOOTSTRAP_PREFIX + token_id, HUB_NAMESPACE),
-        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", f"{BOOTSTRAP_ROLE}:{token_id}", None),
-    ):
+    """Revoke a token now: its Secret, its registration request and its Role."""
+    found = await _delete_quietly(host, "v1", "Secret", token_secret_name(token_id), TOKEN_NAMESPACE)
+    for api_version, kind, name, namespace in token_leftovers(token_id):
         try:
-            await host.delete(api_version, kind, name, namespace)
-            found = True
-        except KubeError as exc:
-            if exc.code != 404:
+            found = await _delete_quietly(host, api_version, kind, name, namespace) or found
+        except NotFound:
+            if kind != REGISTRATION_KIND:  # no registration CRD: nothing to delete
                 raise
     return found
 
 
-async def delete_expired(host: KubeClient) -> list[str]:
-    from tether.federation.health import parse_time
+def token_leftovers(token_id: str) -> list[tuple[str, str, str, str | None]]:
+    """What a token brings besides its Secret, removed with it."""
+    return [(CLUSTER_API_VERSION, REGISTRATION_KIND, token_id, HUB_NAMESPACE),
+            (RBAC_API, "RoleBinding", token_role(token_id), HUB_NAMESPACE),
+            (RBAC_API, "Role", token_role(token_id), HUB_NAMESPACE)]
 
+
+async def delete_expired(host: KubeClient) -> list[str]:
+    """Remove what expired tokens left (their Secret, where no token cleaner runs; their
+    request and Role), and the broad `tether:bootstrap` ClusterRole and ServiceAccount tokens
+    older tethers made."""
     gone: list[str] = []
     try:
-        accounts = await host.list_objects("v1", "ServiceAccount", HUB_NAMESPACE,
-                                           label_selector=BOOTSTRAP_LABEL)
-    except KubeError as exc:
-        if exc.code == 404:
-            return gone
-        raise
-    for account in accounts:
-        meta = account.get("metadata") or {}
-        expires = parse_time((meta.get("annotations") or {}).get(EXPIRES_ANNOTATION))
+        tokens = await host.list_objects("v1", "Secret", TOKEN_NAMESPACE,
+                                         label_selector=BOOTSTRAP_LABEL)
+    except NotFound:
+        tokens = []
+    now = time.time()
+    for secret in tokens:
+        meta = secret.get("metadata") or {}
         token_id = str((meta.get("labels") or {}).get(BOOTSTRAP_LABEL, ""))
-        if expires is not None and expires < time.time() and token_id:
+        if token_id and token_expired(secret, now):
             await delete_token(host, token_id)
             gone.append(token_id)
+    await _delete_legacy(host)
     return gone
+
+
+def token_expired(secret: Mapping[str, Any], now: float) -> bool:
+    raw = (secret.get("data") or {}).get("expiration")
+    if not raw:
+        return False
+    try:
+        expires = seconds_of(base64.b64decode(raw).decode())
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return expires is None or expires <= now
+
+
+async def _delete_legacy(host: KubeClient) -> None:
+    for binding in await _list_or_empty(host, RBAC_API, "ClusterRoleBinding", None, BOOTSTRAP_LABEL):
+        await _delete_quietly(host, RBAC_API, "ClusterRoleBinding", binding["metadata"]["name"])
+    await _delete_quietly(host, RBAC_API, "ClusterRole", BOOTSTRAP_ROLE)
+    for account in await _list_or_empty(host, "v1", "ServiceAccount", HUB_NAMESPACE, BOOTSTRAP_LABEL):
+        await _delete_quietly(host, "v1", "ServiceAccount", account["metadata"]["name"], HUB_NAMESPACE)
+
+
+async def _list_or_empty(host: KubeClient, api_version: str, kind: str, namespace: str | None,
+                         selector: str) -> list[Obj]:
+    try:
+        return await host.list_objects(api_version, kind, namespace, label_selector=selector)
+    except NotFound:
+        return []
 
 
 # the registrant's side -------------------------------------------------------------------------
 
 
 async def _peer_certificate(server: str, timeout_s: float) -> x509.Certificate:
+    """The hub's serving certificate, from a TLS handshake that sends nothing."""
     parts = urlsplit(server)
     if parts.scheme != "https" or not parts.hostname:
         raise BootstrapError(f"the hub address must be https://HOST:PORT, got {server!r}")
@@ -267,52 +428,78 @@ def _check_pin(ca_pem: bytes, leaf: x509.Certificate, expected: str, server: str
             f"CA ({type(exc).__name__})") from None
 
 
-async def discover_hub(server: str, token: str, ca_hash: str, *,
-                       timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[bytes, dict[str, str]]:
-    """The hub CA (verified against `ca_hash`) and the cluster-info data."""
-    expected = normalize_hash(ca_hash)
-    _, bearer = split_token(token)
-    leaf = await _peer_certificate(server, timeout_s)
+def ca_from_cluster_info(info: Mapping[str, Any]) -> bytes:
+    """The CA of kubeadm's cluster-info ConfigMap (a kubeconfig in `data.kubeconfig`)."""
+    kubeconfig = str((info.get("data") or {}).get("kubeconfig", ""))
+    found = re.search(r"certificate-authority-data:\s*(\S+)", kubeconfig)
+    if not found:
+        return b""
+    try:
+        return base64.b64decode(found.group(1))
+    except ValueError:
+        return b""
+
+
+async def anonymous_ca(server: str, timeout_s: float) -> bytes:
+    """The CA the hub publishes in `kube-public/cluster-info`, read without credentials over
+    an unverified connection (what it says is checked against the pin before it is used)."""
     anonymous = KubeClient(ClusterCredentials.from_token(server=server, token="", ca_bundle=None,
                                                          insecure=True))
-    data: dict[str, str] = {}
-    ca_pem = b""
     try:
-        try:
-            info = await anonymous.get("v1", "ConfigMap", "cluster-info", "kube-public",
-                                       timeout_s=timeout_s)
-            kubeconfig = str((info.get("data") or {}).get("kubeconfig", ""))
-            found = re.search(r"certificate-authority-data:\s*(\S+)", kubeconfig)
-            if found:
-                ca_pem = base64.b64decode(found.group(1))
-        except KubeError:
-            pass
+        info = await anonymous.request(
+            "GET", f"/api/v1/namespaces/{PUBLIC_NAMESPACE}/configmaps/{PUBLIC_CLUSTER_INFO}",
+            timeout_s=timeout_s, idempotent=True)
+    except KubeError as exc:
+        raise BootstrapError(
+            f"refusing the hub at {server}: it does not let anonymous clients read its CA "
+            f"({PUBLIC_NAMESPACE}/{PUBLIC_CLUSTER_INFO}: {exc.reason or exc.code}), and the token "
+            "is only sent once the CA is checked against --ca-cert-hash. On the hub, as an "
+            "admin: `tether token create` publishes it (anonymous authentication must be on)"
+        ) from None
     finally:
         await anonymous.close()
-    unverified = KubeClient(ClusterCredentials.from_token(server=server, token=bearer,
-                                                          ca_bundle=None, insecure=True))
-    try:
-        if ca_pem:
-            _check_pin(ca_pem, leaf, expected, server)
-        try:
-            info = await unverified.get("v1", "ConfigMap", CLUSTER_INFO, HUB_NAMESPACE,
-                                        timeout_s=timeout_s)
-        except KubeError as exc:
-            if exc.code == 401:
-                raise BootstrapError(
-                    f"{server} refused the bootstrap token (401 Unauthorized): it is wrong, "
-                    "expired or deleted, or this is not the hub that issued it; create a new one "
-                    "with `tether token create`") from None
-            raise BootstrapError(f"cannot read the hub's cluster info: {exc.message}") from None
-    finally:
-        await unverified.close()
-    data = {str(k): str(v) for k, v in (info.get("data") or {}).items()}
+    ca_pem = ca_from_cluster_info(info)
     if not ca_pem:
-        ca_pem = data.get("ca.crt", "").encode()
-        if not ca_pem:
-            raise BootstrapError("the hub publishes no CA certificate in its cluster info")
-        _check_pin(ca_pem, leaf, expected, server)
+        raise BootstrapError(f"refusing the hub at {server}: its {PUBLIC_NAMESPACE}/"
+                             f"{PUBLIC_CLUSTER_INFO} holds no CA certificate "
+                             "(certificate-authority-data)")
+    return ca_pem
+
+
+async def discover_hub(server: str, token: str, ca_hash: str, *,
+                       timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[bytes, dict[str, str]]:
+    """The hub CA (verified against `ca_hash` before the token goes anywhere) and the hub's
+    cluster info (read with the token over a connection verified with that CA)."""
+    expected = normalize_hash(ca_hash)
+    split_token(token)
+    leaf = await _peer_certificate(server, timeout_s)
+    ca_pem = await anonymous_ca(server, timeout_s)
+    _check_pin(ca_pem, leaf, expected, server)
+    verified = KubeClient(ClusterCredentials.from_token(server=server, token=token,
+                                                        ca_bundle=ca_pem))
+    try:
+        info = await verified.request(
+            "GET", f"/api/v1/namespaces/{HUB_NAMESPACE}/configmaps/{CLUSTER_INFO}",
+            timeout_s=timeout_s, idempotent=True)
+    except KubeError as exc:
+        raise _token_error(server, exc) from None
+    finally:
+        await verified.close()
+    data = {str(k): str(v) for k, v in (info.get("data") or {}).items()}
     return ca_pem, data
+
+
+def _token_error(server: str, exc: KubeError) -> BootstrapError:
+    if exc.code == 401:
+        return BootstrapError(
+            f"{server} refused the bootstrap token (401 Unauthorized): it is wrong, expired or "
+            "deleted, or this is not the hub that issued it; create a new one with "
+            "`tether token create`")
+    if exc.code == 403:
+        return BootstrapError(
+            f"{server} accepted the bootstrap token but does not let it register ({exc.message}); "
+            "create a new one with `tether token create --cluster-name NAME`")
+    return BootstrapError(f"the hub at {server} answered: {exc.message}")
 
 
 @dataclass(frozen=True)
@@ -329,93 +516,53 @@ class Registration:
         return f"Registration({self.name!r}, {self.api_endpoint!r})"
 
 
-def agent_rbac(name: str) -> list[Obj]:
-    account = agent_account(name)
-    labels = {AGENT_FOR_LABEL: name}
-    rules: list[Obj] = [
-        {"apiGroups": ["cluster.tether.io"], "resources": ["clusters"], "resourceNames": [name],
-         "verbs": ["get", "patch", "update"]},
-        {"apiGroups": ["cluster.tether.io"], "resources": ["clusters"],
-         "verbs": ["list", "watch"]},
-        {"apiGroups": ["cluster.tether.io"], "resources": ["clusters/status"],
-         "resourceNames": [name], "verbs": ["get", "patch", "update"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-         "verbs": ["get", "create", "update", "patch"]},
-    ]
-    return [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": agent_role(name), "labels": labels}, "rules": rules},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": agent_role(name), "labels": labels},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": agent_role(name)},
-         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": HUB_NAMESPACE}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": agent_role(name), "namespace": execution_namespace(name),
-                      "labels": labels},
-         "rules": [{"apiGroups": ["work.tether.io"], "resources": ["works", "works/status"],
-                    "verbs": ["get", "list", "watch", "update", "patch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": agent_role(name), "namespace": execution_namespace(name),
-                      "labels": labels},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                     "name": agent_role(name)},
-         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": HUB_NAMESPACE}]},
-    ]
+def condition(request: Mapping[str, Any], kind: str) -> Obj | None:
+    for found in (request.get("status") or {}).get("conditions") or []:
+        if found.get("type") == kind and found.get("status") == "True":
+            return dict(found)
+    return None
 
 
-async def _hub_token(hub: KubeClient, name: str, wait_s: float) -> str:
-    account = agent_account(name)
-    secret_obj: Obj = {
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-        "metadata": {"name": agent_token_secret(name), "namespace": HUB_NAMESPACE,
-                     "labels": {AGENT_FOR_LABEL: name},
-                     "annotations": {"kubernetes.io/service-account.name": account}}}
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            secret: Obj | None = await hub.get("v1", "Secret", agent_token_secret(name),
-                                               HUB_NAMESPACE)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
-            secret = None
-        if secret is None:
-            await hub.apply(secret_obj, field_manager=FIELD_MANAGER)
-        elif (secret.get("data") or {}).get("token"):
-            return base64.b64decode(secret["data"]["token"]).decode()
-        if time.monotonic() >= deadline:
-            raise BootstrapError(f"the hub did not issue a token for {HUB_NAMESPACE}/{account} "
-                                 f"within {wait_s:.0f}s")
-        await asyncio.sleep(0.2)
+def decided(request: Mapping[str, Any], generation: int) -> Obj | None:
+    """The hub's decision on the submission of `generation`, once made."""
+    status = request.get("status") or {}
+    if int(status.get("observedGeneration") or 0) < generation:
+        return None
+    return condition(request, APPROVED) or condition(request, DENIED)
 
 
-async def register(hub: KubeClient, member: KubeClient, name: str, cluster_info: Mapping[str, str],
-                   *, proxy_url: str = "", tunnel_agent_address: str = "",
-                   token_wait_s: float = registry.TOKEN_WAIT_S) -> Registration:
-    """Create the pull Cluster and the agent's hub credential; see the module docstring."""
+async def register(hub: KubeClient, member: KubeClient, name: str, token_id: str,
+                   cluster_info: Mapping[str, str], *, proxy_url: str = "",
+                   tunnel_agent_address: str = "", token_wait_s: float = registry.TOKEN_WAIT_S,
+                   approval_wait_s: float = APPROVAL_WAIT_S) -> Registration:
+    """Submit this member's registration (request `token_id`) and collect the agent's
+    credentials once the hub approves; see the module docstring. `hub` authenticates with the
+    bootstrap token over a connection verified with the pinned CA."""
     try:
         registry.validate_name(name)
     except registry.RegistryError as exc:
         raise BootstrapError(str(exc)) from None
+    path = f"{REQUESTS_PATH}/{token_id}"
+    try:
+        request = await hub.request("GET", path, idempotent=True)
+    except KubeError as exc:
+        if exc.code in (403, 404):
+            raise BootstrapError(
+                f"the hub has no registration for token {token_id}: it was used already, has "
+                "expired or was deleted; create a new one with `tether token create "
+                f"--cluster-name {name}`") from None
+        raise _token_error(hub.server, exc) from None
+    allowed = str((request.get("spec") or {}).get("clusterName") or "")
+    if allowed != name:
+        raise BootstrapError(f"this token may register the cluster {allowed!r}, not {name!r} "
+                             "(--cluster-name)")
     endpoint = member.credentials.server
     try:
         kube_system = await member.get("v1", "Namespace", "kube-system")
     except KubeError as exc:
         raise BootstrapError(f"cannot reach the member at {endpoint}: {exc}") from None
     cluster_id = str(kube_system["metadata"].get("uid", ""))
-    try:
-        existing = await hub.list_objects(CLUSTER_API_VERSION, "Cluster")
-    except KubeError as exc:
-        if exc.code == 404:
-            raise BootstrapError("the hub has no Cluster type: run `tether hub install` on it") from None
-        raise
-    try:
-        registry.check_conflicts(name, endpoint, cluster_id, existing)
-    except registry.RegistryError as exc:
-        raise BootstrapError(str(exc)) from None
     steps: list[str] = []
-    # member side: the hub's credential for the member API (used through the tunnel)
     objs = registry.member_objects(name)
     sa_uid = ""
     for obj in objs:
@@ -427,34 +574,106 @@ async def register(hub: KubeClient, member: KubeClient, name: str, cluster_info:
     data = secret.get("data") or {}
     member_ca = member.credentials.ca_pem or (
         base64.b64decode(data["ca.crt"]) if data.get("ca.crt") else b"")
+    spec: Obj = {"apiEndpoint": endpoint, "clusterID": cluster_id,
+                 "credentials": {"token": base64.b64decode(data["token"]).decode(),
+                                 "caBundle": base64.b64encode(member_ca).decode()}}
     proxy = proxy_url or cluster_info.get(TUNNEL_PROXY_URL_KEY, "")
-    spec: Obj = {"id": cluster_id, "syncMode": "Pull", "apiEndpoint": endpoint,
-                 "secretRef": {"namespace": HUB_NAMESPACE, "name": name}}
     if proxy:
         spec["proxyURL"] = proxy
-    hub_objects: list[Obj] = [
-        {"apiVersion": "v1", "kind": "Namespace",
-         "metadata": {"name": execution_namespace(name), "labels": registry.labels(name)}},
-        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-         "metadata": {"name": name, "namespace": HUB_NAMESPACE, "labels": registry.labels(name)},
-         "data": {"token": data["token"], "caBundle": base64.b64encode(member_ca).decode()}},
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": agent_account(name), "namespace": HUB_NAMESPACE,
-                      "labels": {AGENT_FOR_LABEL: name}}},
-        *agent_rbac(name),
-        {"apiVersion": CLUSTER_API_VERSION, "kind": "Cluster",
-         "metadata": {"name": name, "labels": {}}, "spec": spec},
-    ]
-    for obj in hub_objects:
-        await hub.apply(obj, field_manager=FIELD_MANAGER)
-        steps.append(f"hub: {obj['kind']} {obj['metadata']['name']}")
-    agent_token = await _hub_token(hub, name, token_wait_s)
-    steps.append(f"hub: Secret {agent_token_secret(name)}")
+    try:
+        submitted = await hub.request("PATCH", path, body={"spec": spec},
+                                      content_type="application/merge-patch+json",
+                                      params={"fieldManager": FIELD_MANAGER})
+    except KubeError as exc:
+        raise _token_error(hub.server, exc) from None
+    steps.append(f"hub: ClusterRegistrationRequest {token_id} submitted")
+    generation = int(submitted["metadata"].get("generation") or 1)
+    decision, request = await _wait_decision(hub, path, generation, approval_wait_s)
+    if decision["type"] == DENIED:
+        raise BootstrapError(f"the hub denied the registration of {name}: "
+                             f"{decision.get('message') or decision.get('reason')}")
+    agent_token = str((request.get("status") or {}).get("agentToken") or "")
+    if not agent_token:
+        raise BootstrapError("the hub approved the registration but gave no agent token")
+    steps.append(f"hub: approved (Cluster {name}, agent {HUB_NAMESPACE}/{agent_account(name)})")
+    try:
+        await hub.request("DELETE", path)  # collected: the token is used up
+    except NotFound:
+        pass
+    except KubeError as exc:
+        raise _token_error(hub.server, exc) from None
     return Registration(
         name=name, api_endpoint=endpoint, agent_token=agent_token,
         hub_ca_pem=hub.credentials.ca_pem or b"",
         tunnel_agent_address=tunnel_agent_address or cluster_info.get(TUNNEL_AGENT_ADDRESS_KEY, ""),
         tunnel_ca_pem=cluster_info.get(TUNNEL_CA_KEY, "").encode(), steps=tuple(steps))
+
+
+async def _wait_decision(hub: KubeClient, path: str, generation: int,
+                         wait_s: float) -> tuple[Obj, Obj]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            request = await hub.request("GET", path, idempotent=True)
+        except KubeError as exc:
+            raise _token_error(hub.server, exc) from None
+        decision = decided(request, generation)
+        if decision is not None:
+            return decision, request
+        if time.monotonic() >= deadline:
+            raise BootstrapError(
+                f"the hub did not answer the registration within {wait_s:.0f}s: is `tether hub "
+                "run` running against it? (its registry controller approves registrations)")
+        await asyncio.sleep(0.2)
+
+
+# what the hub makes for an approved registration (pure) ----------------------------------------
+
+
+def agent_rbac(name: str) -> list[Obj]:
+    """The agent's rights on the hub: its own Cluster (and status), its own Lease, the Works of
+    its own execution namespace."""
+    account = agent_account(name)
+    labels = {AGENT_FOR_LABEL: name}
+    subject = [{"kind": "ServiceAccount", "name": account, "namespace": HUB_NAMESPACE}]
+    ref = {"apiGroup": "rbac.authorization.k8s.io"}
+    rules: list[Obj] = [
+        # list/watch are authorised by name when they select `metadata.name=<name>`
+        {"apiGroups": [CLUSTER_GROUP], "resources": ["clusters"], "resourceNames": [name],
+         "verbs": ["get", "list", "watch", "patch", "update"]},
+        {"apiGroups": [CLUSTER_GROUP], "resources": ["clusters/status"],
+         "resourceNames": [name], "verbs": ["get", "patch", "update"]},
+    ]
+    return [
+        {"apiVersion": RBAC_API, "kind": "ClusterRole",
+         "metadata": {"name": agent_role(name), "labels": labels}, "rules": rules},
+        {"apiVersion": RBAC_API, "kind": "ClusterRoleBinding",
+         "metadata": {"name": agent_role(name), "labels": labels},
+         "roleRef": {**ref, "kind": "ClusterRole", "name": agent_role(name)}, "subjects": subject},
+        {"apiVersion": RBAC_API, "kind": "Role",
+         "metadata": {"name": agent_role(name), "namespace": execution_namespace(name),
+                      "labels": labels},
+         "rules": [{"apiGroups": ["work.tether.io"], "resources": ["works", "works/status"],
+                    "verbs": ["get", "list", "watch", "update", "patch"]}]},
+        {"apiVersion": RBAC_API, "kind": "RoleBinding",
+         "metadata": {"name": agent_role(name), "namespace": execution_namespace(name),
+                      "labels": labels},
+         "roleRef": {**ref, "kind": "Role", "name": agent_role(name)}, "subjects": subject},
+        {"apiVersion": RBAC_API, "kind": "Role",
+         "metadata": {"name": agent_role(name), "namespace": HUB_NAMESPACE, "labels": labels},
+         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "resourceNames": [name], "verbs": ["get", "update", "patch"]}]},
+        {"apiVersion": RBAC_API, "kind": "RoleBinding",
+         "metadata": {"name": agent_role(name), "namespace": HUB_NAMESPACE, "labels": labels},
+         "roleRef": {**ref, "kind": "Role", "name": agent_role(name)}, "subjects": subject},
+    ]
+
+
+def agent_token_secret_object(name: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": agent_token_secret(name), "namespace": HUB_NAMESPACE,
+                         "labels": {AGENT_FOR_LABEL: name},
+                         "annotations": {"kubernetes.io/service-account.name": agent_account(name)}}}
 
 
 async def agent_tokens(host: KubeClient) -> dict[str, frozenset[str]]:

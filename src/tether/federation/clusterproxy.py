@@ -3,30 +3,33 @@
 Karmada's aggregated `clusters/proxy` subresource (`pkg/util/proxy/proxy.go`), without an
 aggregated API server:
 
-- **Routing** (`route`): the path shape above, also under `cluster.karmada.io`; `{path}` and the
-  raw query go to the member unchanged (`Cluster.spec.apiEndpoint` + path).
+- **Routing** (`route`): the path shape above, also under `cluster.karmada.io` (an alias of the
+  same resource); `{path}` and the raw query go to the member unchanged
+  (`Cluster.spec.apiEndpoint` + path).
 - **Authentication** is the caller's (the HTTP layer): a client certificate from the hub proxy's
   CA (`caller_from_peercert`: CN = user, O = groups), the hub's admin token, or a bearer token
   the *host* cluster accepts (`ClusterProxy.authenticate_token`: a `SelfSubjectReview` sent to
-  the host *with that token*, which works on every apiserver >= 1.28 and on local clusters,
-  whose TokenReview does not check tokens). Results are cached by the token's SHA-256 (positive
-  30 s, negative 5 s); tokens are never logged.
-- **Authorisation** (`authorize`): members of `system:masters` may use every cluster. A Cluster
-  annotated `cluster.tether.io/proxy-users` and/or `cluster.tether.io/proxy-groups` (comma
-  lists) admits only those users/groups; without either annotation every authenticated caller
-  of the hub may use that cluster's proxy.
-- **Forwarding** (`ClusterProxy.open`): as the member's joined ServiceAccount (the Cluster's
-  Secret `token`, TLS trust from `caBundle`), through `spec.proxyURL` (HTTP CONNECT) when set,
-  or through the tunnel for `syncMode: Pull` (the `connect_for` hook supplies a dialer). The
-  caller's `Authorization`, hop-by-hop and `Impersonate-*` headers are dropped. With
-  impersonation (`auto`: when a SelfSubjectAccessReview on the member says the token may
-  `impersonate users`; `always`; `never`) the request carries `Impersonate-User`/`-Group` =
-  the caller (without `system:authenticated`/`system:unauthenticated`), so the member's RBAC
-  judges the caller, as in Karmada. Local clusters do not enforce RBAC (nor impersonation).
+  the host *with that token*). Results are cached by the token's SHA-256 (positive 30 s,
+  negative 5 s); tokens are never logged.
+- **Authorisation** (`ClusterProxy.authorize`): every request is a `SubjectAccessReview` on the
+  hub for the caller: verb from the HTTP method as kube-apiserver derives it (`proxy_verb`),
+  group `cluster.tether.io`, resource `clusters`, subresource `proxy`, name = the cluster. So
+  `resourceNames: [NAME]` in a hub Role limits a caller to one cluster. Decisions are cached a
+  few seconds per (caller, cluster, verb), bounded in size. The hub is asked before the cluster
+  is looked up, so a caller without the right cannot tell which clusters exist (403, never 404).
+- **Forwarding** (`ClusterProxy.open`): with the member credential (the Cluster's Secret
+  `token`, TLS trust from `caBundle`), through `spec.proxyURL` (HTTP CONNECT) when set, or
+  through the tunnel for `syncMode: Pull` (the `connect_for` hook supplies a dialer), and always
+  **as the caller**: `Impersonate-User` / `Impersonate-Group` (`member_identity`), so the
+  member's own RBAC decides. The caller's `Authorization`, hop-by-hop and `Impersonate-*`
+  headers are dropped. `system:masters` is never sent: the hub's admins reach members as the
+  group `tether:hub-admins` (which `tether join` / `register` bind to `cluster-admin` in the
+  member), and a caller's own `tether:hub-admins` group is dropped, so only hub admins get it.
 - **Answers**: a member's answer is streamed as it arrives, one chunk per read (`logs -f`,
   `get -w`); upgrades (exec, attach, port-forward) are relayed as raw bytes after the member's
-  `101`. Our own errors are Kubernetes `Status` objects: 401, 403, 404 (no such cluster), 503
-  (member unreachable, or no route to a Pull cluster).
+  `101`. Our own errors are Kubernetes `Status` objects: 401, 403 (kube-apiserver's message),
+  404 (no such cluster, for callers allowed to ask), 405 (a method with no Kubernetes verb),
+  503 (member unreachable, no route to a Pull cluster, or the hub cannot answer a review).
 
 This module does no HTTP serving; `tether.app.clusterproxy` puts it on a socket.
 """
@@ -43,7 +46,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from tether.federation.crds import CLUSTER_API_VERSION, CLUSTER_GROUP
 from tether.federation.health import HUB_NAMESPACE, member_credentials
@@ -53,29 +56,35 @@ from tether.kube import (
     ConnectOptions,
     KubeClient,
     KubeError,
+    NotFound,
     Unauthorized,
     Unreachable,
     UpgradedStream,
 )
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-Impersonation = Literal["auto", "always", "never"]
 
 PROXY_GROUPS = (CLUSTER_GROUP, "cluster.karmada.io")
 PROXY_VERSION = "v1alpha1"
-USERS_ANNOTATION = "cluster.tether.io/proxy-users"
-GROUPS_ANNOTATION = "cluster.tether.io/proxy-groups"
 ADMIN_GROUP = "system:masters"
+HUB_ADMINS_GROUP = "tether:hub-admins"  # what the hub's admins are in a member
 AUTHENTICATED = "system:authenticated"
 UNAUTHENTICATED = "system:unauthenticated"
+SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+# kube-apiserver's request-info verbs for a named (sub)resource.
+METHOD_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update",
+                "PATCH": "patch", "DELETE": "delete"}
 
 LOOKUP_CACHE_S = 2.0
 TOKEN_CACHE_S = 30.0
 TOKEN_NEGATIVE_CACHE_S = 5.0
 TOKEN_CACHE_MAX = 1024
-IMPERSONATION_CACHE_S = 60.0
+DECISION_CACHE_S = 5.0
+DECISION_CACHE_MAX = 4096
+REVIEW_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
 STREAM_IDLE_TIMEOUT_S = 3600.0  # a quiet watch, `logs -f` or shell
 LINGER_S = 2.0  # after the member closes an upgraded connection, how long the caller may finish
@@ -100,6 +109,8 @@ class Caller:
     username: str
     groups: tuple[str, ...] = ()
     via: str = ""
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def with_authenticated(self) -> Caller:
         return self if AUTHENTICATED in self.groups else replace(self, groups=(*self.groups, AUTHENTICATED))
@@ -155,25 +166,100 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-def _listed(value: str | None) -> set[str]:
-    return {part.strip() for part in (value or "").split(",") if part.strip()}
+def proxy_verb(method: str) -> str | None:
+    """The verb a request on `clusters/{name}/proxy` is authorised as (kube-apiserver's mapping
+    for a named resource: watches and upgrades included), or None for a method Kubernetes has
+    no verb for."""
+    return METHOD_VERBS.get(method.upper())
 
 
-def authorize(caller: Caller, cluster: Mapping[str, Any]) -> str | None:
-    """None when `caller` may use the cluster's proxy, else why not."""
-    if ADMIN_GROUP in caller.groups:
-        return None
-    annotations = (cluster.get("metadata") or {}).get("annotations") or {}
-    users = _listed(annotations.get(USERS_ANNOTATION))
-    groups = _listed(annotations.get(GROUPS_ANNOTATION))
-    if not users and not groups:
-        return None
-    if caller.username in users or groups.intersection(caller.groups):
-        return None
-    name = (cluster.get("metadata") or {}).get("name", "")
-    return (f'User "{caller.username}" cannot get resource "clusters/proxy" in API group '
-            f'"{CLUSTER_GROUP}" for cluster "{name}" (allowed by the annotations '
-            f"{USERS_ANNOTATION} / {GROUPS_ANNOTATION})")
+def member_identity(caller: Caller) -> tuple[str, tuple[str, ...]]:
+    """(user, groups) the member is asked to impersonate for `caller`: the caller's own, without
+    the groups every authenticated user has, with `system:masters` replaced by
+    `tether:hub-admins` and a caller's own `tether:hub-admins` dropped (only the hub's admins may
+    be member admins through the proxy)."""
+    groups: list[str] = []
+    for group in caller.groups:
+        if group in (AUTHENTICATED, UNAUTHENTICATED, HUB_ADMINS_GROUP):
+            continue
+        mapped = HUB_ADMINS_GROUP if group == ADMIN_GROUP else group
+        if mapped not in groups:
+            groups.append(mapped)
+    return caller.username, tuple(groups)
+
+
+def access_review(caller: Caller, cluster: str, verb: str) -> Obj:
+    """The SubjectAccessReview that decides whether `caller` may `verb` the cluster's proxy."""
+    spec: Obj = {"user": caller.username, "groups": list(caller.groups),
+                 "resourceAttributes": {"group": CLUSTER_GROUP, "version": PROXY_VERSION,
+                                        "resource": "clusters", "subresource": "proxy",
+                                        "name": cluster, "verb": verb}}
+    if caller.uid:
+        spec["uid"] = caller.uid
+    if caller.extra:
+        spec["extra"] = {key: list(values) for key, values in caller.extra}
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+
+
+def decision_from_review(answer: Mapping[str, Any]) -> Decision:
+    status = answer.get("status") or {}
+    allowed = bool(status.get("allowed")) and not status.get("denied")
+    reason = str(status.get("reason") or status.get("evaluationError") or "")
+    return Decision(allowed, reason)
+
+
+def forbidden_message(caller: Caller, cluster: str, verb: str, reason: str = "") -> str:
+    """kube-apiserver's wording for a refused request on a cluster-scoped subresource."""
+    message = (f'clusters.{CLUSTER_GROUP} "{cluster}" is forbidden: User "{caller.username}" '
+               f'cannot {verb} resource "clusters/proxy" in API group "{CLUSTER_GROUP}" '
+               "at the cluster scope")
+    return f"{message}: {reason}" if reason else message
+
+
+DecisionKey = tuple[str, tuple[str, ...], str, tuple[tuple[str, tuple[str, ...]], ...], str, str]
+
+
+class DecisionCache:
+    """Review answers for `ttl_s`, at most `max_entries` (expired ones go first, then the
+    oldest), so hot paths (`get -w`, exec, many small GETs) are not one review per request."""
+
+    def __init__(self, ttl_s: float = DECISION_CACHE_S, max_entries: int = DECISION_CACHE_MAX,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._clock = clock
+        self._entries: dict[DecisionKey, tuple[Decision, float]] = {}
+
+    @staticmethod
+    def key(caller: Caller, cluster: str, verb: str) -> DecisionKey:
+        return (caller.username, caller.groups, caller.uid, caller.extra, cluster, verb)
+
+    def get(self, key: DecisionKey) -> Decision | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        if found[1] <= self._clock():
+            del self._entries[key]
+            return None
+        return found[0]
+
+    def put(self, key: DecisionKey, decision: Decision) -> None:
+        now = self._clock()
+        if key not in self._entries and len(self._entries) >= self.max_entries:
+            self._entries = {k: v for k, v in self._entries.items() if v[1] > now}
+            while len(self._entries) >= self.max_entries:
+                del self._entries[next(iter(self._entries))]  # insertion order: the oldest
+        self._entries.pop(key, None)
+        self._entries[key] = (decision, now + self.ttl_s)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def is_upgrade(headers: Mapping[str, str]) -> bool:
@@ -184,7 +270,7 @@ def is_upgrade(headers: Mapping[str, str]) -> bool:
 def upstream_headers(headers: Mapping[str, str], caller: Caller | None, *,
                      upgrade: bool = False) -> list[tuple[str, str]]:
     """The caller's headers as the member gets them: no credentials, no hop-by-hop headers, no
-    caller-chosen impersonation; `Impersonate-User`/`-Group` = `caller` when given; the
+    caller-chosen impersonation; `Impersonate-User`/`-Group` = `member_identity(caller)`; the
     `Connection`/`Upgrade` pair kept for an upgrade."""
     named = {t.strip().lower() for t in headers.get("connection", "").split(",")} - {"upgrade"}
     out: list[tuple[str, str]] = []
@@ -198,9 +284,9 @@ def upstream_headers(headers: Mapping[str, str], caller: Caller | None, *,
     if upgrade:
         out += [("Connection", "Upgrade"), ("Upgrade", headers.get("upgrade", ""))]
     if caller is not None:
-        out.append(("Impersonate-User", caller.username))
-        out.extend(("Impersonate-Group", group) for group in caller.groups
-                   if group not in (AUTHENTICATED, UNAUTHENTICATED))
+        user, groups = member_identity(caller)
+        out.append(("Impersonate-User", user))
+        out.extend(("Impersonate-Group", group) for group in groups)
     return out
 
 
@@ -397,13 +483,16 @@ class _Resolved:
 
 
 class ClusterProxy:
-    """Authenticates bearer tokens, resolves clusters and forwards requests to members.
+    """Authenticates bearer tokens, authorises callers, resolves clusters and forwards requests
+    to members as the caller.
 
-    `host` is the hub's client (Cluster and Secret reads; the token reviews reuse its server and
-    trust). `connect_for` picks how each cluster is reached; it must return the *same* options
-    object for an unchanged cluster (member clients are pooled by their options).
-    `cluster_source(name)` may serve Clusters from an informer (`tether hub run`); a miss there
-    falls back to reading the host. Secrets are read from the host, cached `lookup_cache_s`.
+    `host` is the hub's client (Cluster and Secret reads, SubjectAccessReviews; the token reviews
+    reuse its server and trust): its identity needs `get` on Clusters and on the Secrets they
+    name, and `create` on `subjectaccessreviews`. `connect_for` picks how each cluster is
+    reached; it must return the *same* options object for an unchanged cluster (member clients
+    are pooled by their options). `cluster_source(name)` may serve Clusters from an informer
+    (`tether hub run`); a miss there falls back to reading the host. Secrets are read from the
+    host, cached `lookup_cache_s`.
     """
 
     def __init__(
@@ -411,16 +500,15 @@ class ClusterProxy:
         host: KubeClient,
         *,
         connect_for: ConnectFor = default_connect_for,
-        impersonate: Impersonation = "auto",
         admin_token: str | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         stream_idle_timeout_s: float = STREAM_IDLE_TIMEOUT_S,
         lookup_cache_s: float = LOOKUP_CACHE_S,
         cluster_source: Callable[[str], Obj | None] | None = None,
+        decisions: DecisionCache | None = None,
     ) -> None:
         self.host = host
         self.connect_for = connect_for
-        self.impersonate = impersonate
         self.request_timeout_s = request_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self.lookup_cache_s = lookup_cache_s
@@ -430,7 +518,8 @@ class ClusterProxy:
         self._pool_lock = asyncio.Lock()
         self._lookups: dict[str, _Resolved] = {}
         self._tokens: dict[str, tuple[Caller | None, float]] = {}
-        self._may_impersonate: dict[str, tuple[bool, float]] = {}
+        self.decisions = decisions if decisions is not None else DecisionCache()
+        self.reviews = 0  # SubjectAccessReviews sent, for tests and /metrics
         self.counts: dict[str, int] = {}  # outcome -> requests, for /metrics
 
     async def aclose(self) -> None:
@@ -485,7 +574,10 @@ class ClusterProxy:
         if not username:
             return None
         groups = tuple(str(g) for g in info.get("groups") or ())
-        return Caller(username, groups, "token").with_authenticated()
+        extra = tuple(sorted((str(k), tuple(str(v) for v in (values or ())))
+                             for k, values in (info.get("extra") or {}).items()))
+        return Caller(username, groups, "token", str(info.get("uid") or ""),
+                      extra).with_authenticated()
 
     # clusters --------------------------------------------------------------------------
 
@@ -501,11 +593,9 @@ class ClusterProxy:
             try:
                 cluster = await self.host.get(CLUSTER_API_VERSION, "Cluster", name,
                                               timeout_s=self.request_timeout_s)
-            except KubeError as exc:
-                if exc.code == 404:
-                    self._lookups.pop(name, None)
-                    return None
-                raise
+            except NotFound:
+                self._lookups.pop(name, None)
+                return None
         ref = (cluster.get("spec") or {}).get("secretRef") or {}
         secret: Obj | None = None
         if ref.get("name"):
@@ -513,9 +603,8 @@ class ClusterProxy:
                 secret = await self.host.get("v1", "Secret", str(ref["name"]),
                                              str(ref.get("namespace") or HUB_NAMESPACE),
                                              timeout_s=self.request_timeout_s)
-            except KubeError as exc:
-                if exc.code != 404:
-                    raise
+            except NotFound:
+                pass
         resolved = _Resolved(cluster, secret, now)
         self._lookups[name] = resolved
         return resolved
@@ -538,31 +627,28 @@ class ClusterProxy:
         async with self._pool_lock:  # one client per cluster, even for concurrent first requests
             return await self._pool.set(name, credentials, connect=options)
 
-    async def _impersonating(self, name: str, member: KubeClient) -> bool:
-        if self.impersonate != "auto":
-            return self.impersonate == "always"
-        now = time.monotonic()
-        cached = self._may_impersonate.get(name)
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                  "spec": {"resourceAttributes": {"verb": "impersonate", "resource": "users"}}}
-        allowed = False
-        try:
-            answer = await member.request(
-                "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review,
-                timeout_s=min(10.0, self.request_timeout_s), idempotent=True)
-            allowed = bool((answer.get("status") or {}).get("allowed"))
-        except KubeError as exc:
-            log.info("cluster %s: cannot tell whether its token may impersonate (%s); "
-                     "not impersonating", name, exc.reason)
-        self._may_impersonate[name] = (allowed, now + IMPERSONATION_CACHE_S)
-        return allowed
+    # authorisation -------------------------------------------------------------------
+
+    async def authorize(self, caller: Caller, name: str, verb: str) -> Decision:
+        """The hub's answer to "may `caller` `verb` clusters/proxy `name`" (cached briefly);
+        `Unreachable` or `KubeError` when the hub cannot answer."""
+        key = DecisionCache.key(caller, name, verb)
+        cached = self.decisions.get(key)
+        if cached is not None:
+            return cached
+        self.reviews += 1
+        answer = await self.host.request("POST", SAR_PATH, body=access_review(caller, name, verb),
+                                         timeout_s=min(REVIEW_TIMEOUT_S, self.request_timeout_s),
+                                         idempotent=True)
+        decision = decision_from_review(answer)
+        self.decisions.put(key, decision)
+        return decision
 
     # forwarding ------------------------------------------------------------------------
 
     async def open(self, request: Request, caller: Caller) -> Outcome:
-        """Forward an authenticated request; the answer is streamed or switched as it comes."""
+        """Authorise and forward an authenticated request; the answer is streamed or switched
+        as it comes."""
         target = route(request.target)
         if target is None:
             self._count("not_found")
@@ -571,6 +657,25 @@ class ClusterProxy:
         if not valid_cluster_name(name):
             self._count("not_found")
             return failure(404, "NotFound", f'clusters.{CLUSTER_GROUP} "{name}" not found', name=name)
+        verb = proxy_verb(request.method)
+        if verb is None:
+            self._count("method_not_allowed")
+            return failure(405, "MethodNotAllowed",
+                           f"the server does not allow this method on the requested resource "
+                           f"({request.method})", name=name)
+        try:
+            decision = await self.authorize(caller, name, verb)
+        except KubeError as exc:
+            self._count("host_error")
+            log.warning("cannot review access to cluster %s for %s: %s", name,
+                        describe_caller(caller), exc.message)
+            return failure(503, "ServiceUnavailable",
+                           f"cannot check the caller's access with the hub: {exc.message}",
+                           name=name)
+        if not decision.allowed:
+            self._count("forbidden")
+            return failure(403, "Forbidden", forbidden_message(caller, name, verb, decision.reason),
+                           name=name)
         try:
             resolved = await self._resolve(name)
         except KubeError as exc:
@@ -580,21 +685,14 @@ class ClusterProxy:
         if resolved is None:
             self._count("not_found")
             return failure(404, "NotFound", f'clusters.{CLUSTER_GROUP} "{name}" not found', name=name)
-        denied = authorize(caller, resolved.cluster)
-        if denied is not None:
-            self._count("forbidden")
-            return failure(403, "Forbidden", f'clusters.{CLUSTER_GROUP} "{name}" is forbidden: '
-                           + denied, name=name)
         member = await self._member(name, resolved)
         if isinstance(member, Answer):
             self._count("unavailable")
             return member
         try:
-            impersonate = await self._impersonating(name, member)
-            as_caller = caller if impersonate else None
             if is_upgrade(request.headers):
-                return await self._upgrade(name, member, request, target, as_caller)
-            return await self._forward(name, member, request, target, as_caller)
+                return await self._upgrade(name, member, request, target, caller)
+            return await self._forward(name, member, request, target, caller)
         except Unreachable as exc:
             self._count("unavailable")
             log.info("cluster %s unreachable: %s", name, exc.message)
@@ -603,7 +701,7 @@ class ClusterProxy:
                            "check the cluster's network path and credentials", name=name)
 
     async def _forward(self, name: str, member: KubeClient, request: Request, target: Route,
-                       caller: Caller | None) -> Outcome:
+                       caller: Caller) -> Outcome:
         headers = upstream_headers(request.headers, caller)
         stack = contextlib.AsyncExitStack()
         try:
@@ -624,7 +722,7 @@ class ClusterProxy:
                         BodyChunks(stack, raw.chunks(idle_timeout_s=self.stream_idle_timeout_s)))
 
     async def _upgrade(self, name: str, member: KubeClient, request: Request, target: Route,
-                       caller: Caller | None) -> Outcome:
+                       caller: Caller) -> Outcome:
         headers = upstream_headers(request.headers, caller, upgrade=True)
         stack = contextlib.AsyncExitStack()
         try:

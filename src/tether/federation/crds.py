@@ -9,6 +9,10 @@
   `scheduling.kubefed.io/v1alpha1` ReplicaSchedulingPreference (`rsp`).
 - `works.work.tether.io`: what the propagation engine applies to one member; namespaced, living
   in the per-cluster namespaces `tether-es-<cluster>`.
+- `clusterregistrationrequests.cluster.tether.io` (`crr`, in `tether-system`, named after a
+  bootstrap token's id): a pull member's registration, CSR-like. `tether token create` makes it;
+  `tether register` fills in the member's details with the bootstrap token; the hub's registry
+  controller approves (creating the Cluster and the agent's credentials) or denies it.
 - `federated_crd(kind, plural, scope)`: a KubeFed `Federated<Kind>` CRD (`types.kubefed.io`).
 
 Bodies users write (templates, policy details) keep `x-kubernetes-preserve-unknown-fields`, but
@@ -583,6 +587,43 @@ def work_crd() -> Crd:
     )
 
 
+# ClusterRegistrationRequest ------------------------------------------------------------------
+
+
+REGISTRATION_KIND = "ClusterRegistrationRequest"
+REGISTRATION_PLURAL = "clusterregistrationrequests"
+
+
+def registration_request_crd() -> Crd:
+    spec = obj({
+        "clusterName": string("The Cluster this request may register (set with the token)."),
+        "tokenID": string("The bootstrap token (id) allowed to submit this request."),
+        "apiEndpoint": string("The member's API server URL."),
+        "clusterID": string("The member's kube-system namespace uid."),
+        "proxyURL": string("HTTP CONNECT proxy the hub reaches the member through."),
+        "credentials": obj({
+            "token": string("The member ServiceAccount token the hub will use (moved to the "
+                            "Secret tether-system/<clusterName> and removed from here)."),
+            "caBundle": string("The member API's CA (base64 PEM)."),
+        }, description="Submitted by the registrant; removed once the hub has taken them."),
+    }, required=("clusterName",))
+    status = obj({
+        "conditions": conditions(),
+        "observedGeneration": integer(format="int64"),
+        "agentToken": string("The agent's hub token, for the registrant to collect (the request "
+                             "is deleted once collected)."),
+    })
+    return crd(
+        group=CLUSTER_GROUP, version=CLUSTER_VERSION, kind=REGISTRATION_KIND,
+        plural=REGISTRATION_PLURAL, scope="Namespaced", short_names=("crr",),
+        schema=root(spec, status, description="A pull member's registration with the hub.",
+                    required=("spec",)),
+        columns=(column("Cluster", ".spec.clusterName"),
+                 column("Approved", '.status.conditions[?(@.type=="Approved")].status'),
+                 column("Denied", '.status.conditions[?(@.type=="Denied")].status'), AGE),
+    )
+
+
 def hub_crds() -> list[Crd]:
     """Every CRD `tether hub install` creates (the Federated<Kind> ones come with the types)."""
     return [
@@ -594,4 +635,5 @@ def hub_crds() -> list[Crd]:
         federated_type_config_crd(),
         replica_scheduling_preference_crd(),
         work_crd(),
+        registration_request_crd(),
     ]

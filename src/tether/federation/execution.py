@@ -52,19 +52,19 @@ from tether.kube import (
     WatchEvent,
     strip_managed_fields,
 )
+from tether.objects import Obj
+from tether.objects.times import rfc3339
 
 from . import works as W
 from ._util import items, mapping, nested, thaw
 from .crds import WORK_API_VERSION, execution_namespace
-from .health import HUB_NAMESPACE, member_credentials, rfc3339
+from .health import HUB_NAMESPACE, member_credentials
 from .metrics import HubMetrics
 from .model import FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from .ordering import delete_order, tier
 from .propagation import HubInformers, unjoining
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
-
 STATUS_MANAGER = "tether-execution"
 MEMBER_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 BACKOFF_BASE_S = 0.5
@@ -327,9 +327,8 @@ class WorkExecutor:
                                   field_manager=STATUS_MANAGER)
         except Conflict:
             raise RequeueAfter(0.1) from None  # a newer Work is on its way through the informer
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
 
     async def _delete_member_objects(self, work: Obj, client: KubeClient) -> None:
         if nested(work, "spec", "preserveResourcesOnDeletion") is True:
@@ -348,9 +347,6 @@ class WorkExecutor:
                                     str(meta.get("name")), str(meta.get("namespace") or "") or None)
             except NotFound:
                 continue
-            except KubeError as exc:
-                if exc.code != 404:
-                    raise
 
     async def _ensure_namespace(self, member: _Member, namespace: str) -> None:
         if namespace in member.namespaces:
@@ -501,9 +497,8 @@ class WorkExecutor:
             await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
                                   {"status": status}, namespace=str(meta.get("namespace")),
                                   subresource="status", field_manager=STATUS_MANAGER)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
         if not errors and any(o.entry.get("identifier", {}).get("kind") in (
                 "Namespace", "CustomResourceDefinition") for o in outcomes):
             # what lives in it may have been waiting: give the cluster's other Works a pass

@@ -34,9 +34,9 @@ from tether.federation.typeconfig import (
     discover_types,
     enabled_type_configs,
 )
-from tether.kube import KubeClient, KubeError
+from tether.kube import KubeClient, KubeError, NotFound
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 FIELD_MANAGER = "tether-federate"
 # Made by controllers, never federated (kubefedctl's controllerCreatedAPIResourceNames, plus
 # EndpointSlices, which did not exist then).
@@ -93,13 +93,11 @@ async def federated_from_host(host: KubeClient, target: ApiType, name: str, name
     try:
         obj = await host.get(target.api_version, target.kind, name,
                              namespace if target.namespaced else None)
-    except KubeError as exc:
-        if exc.code == 404:
-            where = f" in namespace {namespace!r}" if target.namespaced else ""
-            raise FederateError(f'{target.qualified_name} "{name}" not found{where} on the host '
-                                "(federate reads the object from the host cluster; create it there "
-                                "first, or use `tether federate -f FILE`)") from None
-        raise
+    except NotFound:
+        where = f" in namespace {namespace!r}" if target.namespaced else ""
+        raise FederateError(f'{target.qualified_name} "{name}" not found{where} on the host '
+                            "(federate reads the object from the host cluster; create it there "
+                            "first, or use `tether federate -f FILE`)") from None
     obj.setdefault("apiVersion", target.api_version)
     obj.setdefault("kind", target.kind)
     return from_object(target, obj, ftc)
@@ -171,17 +169,13 @@ async def create(host: KubeClient, federated: Federated) -> str:
     meta = obj["metadata"]
     try:
         await host.resource(obj["apiVersion"], obj["kind"])
-    except KubeError as exc:
-        if exc.code == 404:
-            raise FederateError(
-                f"the host does not serve {obj['kind']} ({obj['apiVersion']}): the type is not enabled; "
-                f"run `tether enable {federated.target.qualified_name}` or pass --enable-type") from None
-        raise
+    except NotFound:
+        raise FederateError(
+            f"the host does not serve {obj['kind']} ({obj['apiVersion']}): the type is not enabled; "
+            f"run `tether enable {federated.target.qualified_name}` or pass --enable-type") from None
     try:
         before: Obj | None = await host.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-    except KubeError as exc:
-        if exc.code != 404:
-            raise
+    except NotFound:
         before = None
     try:
         after = await host.apply(obj, field_manager=FIELD_MANAGER)
@@ -196,10 +190,8 @@ async def create(host: KubeClient, federated: Federated) -> str:
 async def type_config(host: KubeClient, target: ApiType, namespace: str = HUB_NAMESPACE) -> Obj | None:
     try:
         return await host.get(FTC_API_VERSION, "FederatedTypeConfig", target.qualified_name, namespace)
-    except KubeError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    except NotFound:
+        return None
 
 
 def require_enabled(target: ApiType, ftc: Mapping[str, Any] | None) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,11 +29,11 @@ from typing import Any
 
 from tether.engine import Engine, RequeueAfter
 from tether.federation.crds import CLUSTER_API_VERSION
-from tether.kube import ClusterCredentials, KubeClient, KubeError
+from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
+from tether.objects import Obj
+from tether.objects.times import rfc3339, seconds_of
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 READY = "Ready"
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -96,7 +95,7 @@ class Condition:
     def from_api(cls, raw: Mapping[str, Any]) -> Condition:
         return cls(type=str(raw.get("type", "")), status=str(raw.get("status", UNKNOWN)),
                    reason=str(raw.get("reason", "")), message=str(raw.get("message", "")),
-                   last_transition_s=parse_time(raw.get("lastTransitionTime")) or 0.0)
+                   last_transition_s=seconds_of(raw.get("lastTransitionTime")) or 0.0)
 
     def same(self, other: Condition | None) -> bool:
         return other is not None and (self.status, self.reason, self.message) == (
@@ -168,19 +167,6 @@ def plan_taints(taints: Sequence[Mapping[str, Any]], ready_status: str | None,
     if wanted and not any(t.get("key") == wanted and t.get("effect") == "NoSchedule" for t in out):
         out.append({"key": wanted, "effect": "NoSchedule", "timeAdded": rfc3339(now)})
     return out
-
-
-def rfc3339(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(stamp: Any) -> float | None:
-    if not isinstance(stamp, str) or not stamp:
-        return None
-    try:
-        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def find_condition(status: Mapping[str, Any], kind: str) -> Condition | None:
@@ -255,13 +241,35 @@ def format_bytes(amount: float) -> str:
 # talking to members ---------------------------------------------------------------------------
 
 
+PROXY_HEADER_PREFIX = "proxyHeader."  # credentials Secret keys: headers for spec.proxyURL
+
+
+def proxy_headers(spec: Mapping[str, Any], secret_data: Mapping[str, Any]) -> dict[str, str] | None:
+    """Headers for the CONNECT to `spec.proxyURL`: Karmada's `spec.proxyHeader`, plus the
+    credentials Secret's `proxyHeader.<Name>` keys (secret ones, such as the hub tunnel's
+    `Proxy-Authorization`, which a Cluster's spec would show to every reader)."""
+    headers = spec.get("proxyHeader") or {}
+    out = {str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else {}
+    for key, value in secret_data.items():
+        name = str(key)[len(PROXY_HEADER_PREFIX):]
+        if not str(key).startswith(PROXY_HEADER_PREFIX) or not name:
+            continue
+        try:
+            text = base64.b64decode(str(value)).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if not any(c in text for c in "\r\n\0"):
+            out[name] = text
+    return out or None
+
+
 def member_credentials(cluster: Mapping[str, Any], secret: Mapping[str, Any]) -> ClusterCredentials:
-    """Credentials for a push member from its Cluster and hub Secret (`token`, `caBundle`)."""
+    """Credentials for a push member from its Cluster and hub Secret (`token`, `caBundle`,
+    `proxyHeader.<Name>`)."""
     spec = cluster.get("spec") or {}
     data = secret.get("data") or {}
     token = base64.b64decode(data.get("token", "")).decode()
     ca = base64.b64decode(data["caBundle"]) if data.get("caBundle") else None
-    headers = spec.get("proxyHeader") or {}
     return ClusterCredentials.from_token(
         server=str(spec.get("apiEndpoint", "")),
         token=token,
@@ -269,7 +277,7 @@ def member_credentials(cluster: Mapping[str, Any], secret: Mapping[str, Any]) ->
         name=str(cluster.get("metadata", {}).get("name", "")),
         insecure=bool(spec.get("insecureSkipTLSVerification")),
         proxy_url=spec.get("proxyURL") or None,
-        proxy_headers={str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else None,
+        proxy_headers=proxy_headers(spec, data),
     )
 
 
@@ -396,11 +404,9 @@ class ClusterHealthController:
     async def reconcile(self, name: str) -> None:
         try:
             cluster = await self.host.get(CLUSTER_API_VERSION, "Cluster", name)
-        except KubeError as exc:
-            if exc.code == 404:
-                await self._forget(name)
-                return
-            raise
+        except NotFound:
+            await self._forget(name)
+            return
         if cluster["metadata"].get("deletionTimestamp"):
             await self._forget(name)
             return
@@ -418,10 +424,8 @@ class ClusterHealthController:
         try:
             secret = await self.host.get("v1", "Secret", ref.get("name", name),
                                          ref.get("namespace", self.namespace))
-        except KubeError as exc:
-            if exc.code == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         fingerprint = (str(spec.get("apiEndpoint", "")), str(secret["metadata"].get("resourceVersion")))
         member = self._members.get(name)
         if member is None or member.fingerprint != fingerprint:
@@ -466,16 +470,15 @@ class ClusterHealthController:
     async def _reconcile_pull(self, cluster: Obj) -> None:
         name = cluster["metadata"]["name"]
         status: Obj = dict(cluster.get("status") or {})
-        heartbeat = parse_time(status.get("lastHeartbeatTime"))
+        heartbeat = seconds_of(status.get("lastHeartbeatTime"))
         try:
             lease = await self.host.get("coordination.k8s.io/v1", "Lease", name, self.namespace)
-            renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
+            renewed = seconds_of((lease.get("spec") or {}).get("renewTime"))
             if renewed is not None and (heartbeat is None or renewed > heartbeat):
                 heartbeat = renewed
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
-        registered = parse_time(cluster["metadata"].get("creationTimestamp")) or self.clock()
+        except NotFound:
+            pass
+        registered = seconds_of(cluster["metadata"].get("creationTimestamp")) or self.clock()
         current = find_condition(status, READY)
         stale = stale_ready(current, heartbeat, registered, self.clock(), self.timers)
         if stale is not None:

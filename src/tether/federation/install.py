@@ -11,13 +11,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tether.federation import crds
 from tether.federation.health import HUB_NAMESPACE
-from tether.kube import KubeClient, KubeError
+from tether.kube import KubeClient, NotFound
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 FIELD_MANAGER = "tether-hub-install"
 ESTABLISH_WAIT_S = 60.0
 CRD_API = "apiextensions.k8s.io/v1"
@@ -71,9 +70,7 @@ async def apply_reporting(client: KubeClient, obj: Obj) -> Step:
     name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
     try:
         before = await client.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-    except KubeError as exc:
-        if exc.code != 404:
-            raise
+    except NotFound:
         before = None
     after = await client.apply(obj, field_manager=FIELD_MANAGER)
     if before is None:

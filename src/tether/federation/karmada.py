@@ -28,10 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tether.objects.selectors import matches_label_selector
+
 from ._util import as_int, items, mapping, nested, thaw
 from .aggregation import aggregate_status
 from .dependencies import dependencies
-from .labels import match_label_selector
 from .metadata import stamp, strip_server_fields
 from .model import (
     ClusterFailure,
@@ -76,7 +77,7 @@ def selector_priority(template: Obj, selector: Any) -> int:
     if sel.get("labelSelector") is None:
         return MATCH_ALL
     labels = {str(k): str(v) for k, v in mapping(nested(template, "metadata", "labels")).items()}
-    if match_label_selector(sel.get("labelSelector"), labels):
+    if matches_label_selector(sel.get("labelSelector"), labels):
         return MATCH_LABEL_SELECTOR
     return MISMATCH
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tether.metrics import Histogram
+from tether.net import metrics
+from tether.net.metrics import Histogram
 
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -26,33 +27,22 @@ class HubMetrics:
         self.latency.setdefault(dialect, Histogram(LATENCY_BUCKETS_S)).observe(seconds)
 
     def render(self) -> str:
-        lines = [
-            "# HELP tether_reconcile_total Reconciles per controller.",
-            "# TYPE tether_reconcile_total counter",
-        ]
-        for name in sorted(self.reconciles):
-            lines.append(f'tether_reconcile_total{{controller="{name}"}} {self.reconciles[name]}')
-        lines += [
-            "# HELP tether_reconcile_errors_total Failed reconciles per controller.",
-            "# TYPE tether_reconcile_errors_total counter",
-        ]
-        for name in sorted(set(self.reconciles) | set(self.errors)):
-            lines.append(
-                f'tether_reconcile_errors_total{{controller="{name}"}} {self.errors.get(name, 0)}')
-        lines += [
-            "# HELP tether_propagation_latency_seconds Source change seen → applied in a member.",
-            "# TYPE tether_propagation_latency_seconds histogram",
-        ]
-        for dialect in sorted(self.latency):
-            hist = self.latency[dialect]
-            for bound, count in zip(hist.buckets, hist.counts, strict=True):
-                lines.append(f'tether_propagation_latency_seconds_bucket{{dialect="{dialect}",'
-                             f'le="{bound:g}"}} {count}')
-            lines.append(f'tether_propagation_latency_seconds_bucket{{dialect="{dialect}",'
-                         f'le="+Inf"}} {hist.n}')
-            lines.append(f'tether_propagation_latency_seconds_sum{{dialect="{dialect}"}} '
-                         f'{hist.total:.6f}')
-            lines.append(f'tether_propagation_latency_seconds_count{{dialect="{dialect}"}} {hist.n}')
-        for name in sorted(self.gauges):
-            lines += [f"# TYPE {name} gauge", f"{name} {self.gauges[name]():g}"]
-        return "\n".join(lines) + "\n"
+        controllers = set(self.reconciles) | set(self.errors)
+        return metrics.render([
+            metrics.counter("tether_reconcile_total", "Reconciles per controller.",
+                            {(("controller", c),): self.reconciles.get(c, 0) for c in controllers}),
+            metrics.counter("tether_reconcile_errors_total", "Failed reconciles per controller.",
+                            {(("controller", c),): self.errors.get(c, 0) for c in controllers}),
+            metrics.histogram("tether_propagation_latency_seconds",
+                              "Source change seen → applied in a member.",
+                              {(("dialect", d),): h for d, h in self.latency.items()}),
+            *(metrics.gauge(name, GAUGE_HELP.get(name, name.replace("_", " ")), {(): read()})
+              for name, read in sorted(self.gauges.items())),
+        ])
+
+
+GAUGE_HELP = {
+    "tether_clusters": "Clusters registered with the hub.",
+    "tether_clusters_ready": "Registered clusters whose Ready condition is True.",
+    "tether_works": "Work objects (per-cluster plans) on the hub.",
+}

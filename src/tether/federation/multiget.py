@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.federation.crds import CLUSTER_API_VERSION
-from tether.federation.health import HUB_NAMESPACE
+from tether.federation.health import HUB_NAMESPACE, proxy_headers
 from tether.federation.typeconfig import (
     ApiType,
     FederationTypeError,
@@ -30,9 +30,9 @@ from tether.federation.typeconfig import (
     match_type,
     to_yaml,
 )
-from tether.kube import ClusterCredentials, KubeClient, KubeError, RetryPolicy
+from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound, RetryPolicy
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 CLUSTER_ANNOTATION = "tether.io/cluster"
 MEMBER_TIMEOUT_S = 5.0
 
@@ -59,13 +59,13 @@ class Members:
 
 def _client_for(cluster: Mapping[str, Any], secret: Mapping[str, Any], timeout_s: float) -> KubeClient:
     spec = cluster.get("spec") or {}
-    headers = spec.get("proxyHeader") or {}
+    data = secret.get("data") or {}
     credentials = ClusterCredentials.from_secret_data(
-        secret.get("data") or {}, server=str(spec.get("apiEndpoint", "")),
+        data, server=str(spec.get("apiEndpoint", "")),
         name=str(cluster["metadata"]["name"]),
         insecure=bool(spec.get("insecureSkipTLSVerification")),
         proxy_url=spec.get("proxyURL") or None,
-        proxy_headers={str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else None)
+        proxy_headers=proxy_headers(spec, data))
     return KubeClient(credentials, retry=RetryPolicy(attempts=1), timeout_s=timeout_s)
 
 
@@ -74,11 +74,9 @@ async def member_clients(host: KubeClient, only: Sequence[str] = (), *,
     """Clients for the joined members (all, or those named in `only`, which must be joined)."""
     try:
         clusters = await host.list_objects(CLUSTER_API_VERSION, "Cluster")
-    except KubeError as exc:
-        if exc.code == 404:
-            raise MultiGetError("the hub has no Cluster type: run `tether hub install` and "
-                                "`tether join` first") from None
-        raise
+    except NotFound:
+        raise MultiGetError("the hub has no Cluster type: run `tether hub install` and "
+                            "`tether join` first") from None
     by_name = {str(c["metadata"]["name"]): c for c in clusters}
     wanted = list(dict.fromkeys(only)) or sorted(by_name)
     unknown = [n for n in wanted if n not in by_name]
@@ -97,9 +95,7 @@ async def member_clients(host: KubeClient, only: Sequence[str] = (), *,
         try:
             secret = await host.get("v1", "Secret", str(ref.get("name", name)),
                                     str(ref.get("namespace", HUB_NAMESPACE)))
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             members.errors[name] = (f"its credentials Secret {ref.get('namespace', HUB_NAMESPACE)}/"
                                     f"{ref.get('name', name)} is missing on the hub (join it again)")
             continue

@@ -36,7 +36,8 @@ from typing import Any
 
 import yaml
 
-from . import pointer
+from tether.objects import jsonpatch
+
 from ._util import items, mapping, thaw
 from .images import ImageError, parse_image
 
@@ -45,15 +46,16 @@ class OverrideError(Exception):
     """An override that cannot be applied; `path` is the JSON pointer involved."""
 
     def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
+        # JSON patch messages already name their pointer; others get it in front.
+        super().__init__(message if f'"{path}"' in message else f"{path}: {message}")
         self.path = path
         self.message = message
 
 
 def _patch(doc: Any, op: str, path: str, value: Any = None) -> Any:
     try:
-        return pointer.apply(doc, op, path, thaw(value))
-    except pointer.PatchError as err:
+        return jsonpatch.apply_operation(doc, op, path, thaw(value))
+    except jsonpatch.PatchError as err:
         raise OverrideError(err.path, err.message) from None
 
 
@@ -99,8 +101,8 @@ def _containers(doc: Any) -> tuple[str, Sequence[Any]]:
     if not prefix:
         return "", ()
     try:
-        spec = pointer.get(doc, prefix)
-    except pointer.PatchError:
+        spec = jsonpatch.get(doc, prefix)
+    except jsonpatch.PatchError:
         return prefix, ()
     return prefix, items(mapping(spec).get("containers"))
 
@@ -136,8 +138,8 @@ def _apply_image(doc: Any, overrider: Mapping[str, Any]) -> Any:
     if predicate is not None:
         path = str(mapping(predicate).get("path", ""))
         try:
-            current = pointer.get(doc, path)
-        except pointer.PatchError as err:
+            current = jsonpatch.get(doc, path)
+        except jsonpatch.PatchError as err:
             raise OverrideError(path, f"failed to obtain image value: {err.message}") from None
         if not isinstance(current, str):
             raise OverrideError(path, "the predicate path does not hold a string")
@@ -177,7 +179,7 @@ def _labels_annotations(field: str) -> Callable[[Any, Mapping[str, Any]], Any]:
     def apply(doc: Any, overrider: Mapping[str, Any]) -> Any:
         op = str(overrider.get("operator", ""))
         for key, value in mapping(overrider.get("value")).items():
-            path = f"/metadata/{field}/{pointer.escape(str(key))}"
+            path = f"/metadata/{field}/{jsonpatch.escape(str(key))}"
             existing = mapping(mapping(mapping(doc).get("metadata")).get(field))
             if op in ("remove", "replace"):
                 if key not in existing:
@@ -195,8 +197,8 @@ def _labels_annotations(field: str) -> Callable[[Any, Mapping[str, Any]], Any]:
 def _apply_field(doc: Any, overrider: Mapping[str, Any]) -> Any:
     path = str(overrider.get("fieldPath", ""))
     try:
-        raw = pointer.get(doc, path)
-    except pointer.PatchError as err:
+        raw = jsonpatch.get(doc, path)
+    except jsonpatch.PatchError as err:
         raise OverrideError(path, err.message) from None
     if not isinstance(raw, str):
         raise OverrideError(path, "the value at fieldPath is not a string")
@@ -212,9 +214,9 @@ def _apply_field(doc: Any, overrider: Mapping[str, Any]) -> Any:
         op = mapping(raw_op)
         sub_path = str(op.get("subPath", ""))
         try:
-            inner = pointer.apply(inner, str(op.get("operator", "")), sub_path,
+            inner = jsonpatch.apply_operation(inner, str(op.get("operator", "")), sub_path,
                                   thaw(op.get("value")))
-        except pointer.PatchError as err:
+        except jsonpatch.PatchError as err:
             raise OverrideError(f"{path}{err.path}", err.message) from None
     if yaml_ops:
         text = yaml.safe_dump(inner, default_flow_style=False, sort_keys=True)

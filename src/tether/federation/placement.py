@@ -39,8 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.objects.selectors import matches_label_selector, matches_requirement
+
 from ._util import items, mapping, string_map
-from .labels import match_label_selector, match_requirement
 from .model import ClusterFailure, ClusterInfo, Taint
 
 NOT_READY_TAINT = "cluster.tether.io/not-ready"
@@ -97,7 +98,7 @@ def kubefed_placement(placement: Any, clusters: Sequence[ClusterInfo]) -> Placem
                 failures.append(_not_found(name))
     elif "clusterSelector" in spec and spec["clusterSelector"] is not None:
         selector = spec["clusterSelector"]
-        targeted = [c for c in clusters if match_label_selector(selector, c.labels)]
+        targeted = [c for c in clusters if matches_label_selector(selector, c.labels)]
     else:
         targeted = []
     selected = []
@@ -156,7 +157,7 @@ def cluster_matches_affinity(cluster: ClusterInfo, affinity: Any) -> bool:
     if cluster.name in {str(n) for n in items(aff.get("exclude"))}:
         return False
     selector = aff.get("labelSelector")
-    if selector is not None and not match_label_selector(selector, cluster.labels):
+    if selector is not None and not matches_label_selector(selector, cluster.labels):
         return False
     field_selector = aff.get("fieldSelector")
     if field_selector is not None:
@@ -166,7 +167,7 @@ def cluster_matches_affinity(cluster: ClusterInfo, affinity: Any) -> bool:
             if req.get("key") == "zone":
                 if not _match_zones(req, cluster.zones):
                     return False
-            elif not match_requirement(req, fields):
+            elif not matches_requirement(req, fields):
                 return False
     names = [str(n) for n in items(aff.get("clusterNames"))]
     return not names or cluster.name in names

@@ -43,17 +43,19 @@ from tether.kube import (
     Informer,
     KubeClient,
     KubeError,
+    NotFound,
     ObjectKey,
     WatchEvent,
     object_key,
     strip_managed_fields,
 )
+from tether.objects import Obj
+from tether.objects.times import rfc3339
 
 from . import works as W
 from ._util import items, mapping, nested, thaw
 from .aggregation import aggregate_status
 from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
-from .health import rfc3339
 from .karmada import compile_template, match_policy
 from .kubefed import ClusterResult, compile_federated, kubefed_status
 from .metadata import stamp, strip_server_fields
@@ -63,8 +65,6 @@ from .placement import kubefed_placement
 from .registry import UNJOIN_ANNOTATION
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
-
 FIELD_MANAGER = "tether-propagation"
 STATUS_ANNOTATION = "tether.io/propagation-status"
 PROPAGATED = "Propagated"
@@ -284,9 +284,8 @@ class _Base(Generic[K]):
                                       {"spec": {"preserveResourcesOnDeletion": preserve}},
                                       namespace=namespace, field_manager=FIELD_MANAGER)
             await self.host.delete(WORK_API_VERSION, "Work", name, namespace)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
 
     async def set_finalizer(self, obj: Obj, api_version: str, present: bool) -> None:
         meta = mapping(obj.get("metadata"))
@@ -305,9 +304,8 @@ class _Base(Generic[K]):
                                   field_manager=FIELD_MANAGER)
         except Conflict:
             raise RequeueAfter(0.1) from None  # a newer version is on its way through the informer
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
 
     async def finalize(self, obj: Obj, api_version: str, existing: list[Obj],
                        preserve: bool | None) -> None:
@@ -526,9 +524,8 @@ class KubeFedController(_Base[FedKey]):
                 "status": status}
         try:
             await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
 
 
 # Karmada --------------------------------------------------------------------------------------
@@ -670,9 +667,7 @@ class KarmadaController(_Base[TemplateKey]):
         for dep in plan.dependencies:
             try:
                 obj = await self.host.get(dep.api_version, dep.kind, dep.name, dep.namespace)
-            except KubeError as exc:
-                if exc.code != 404:
-                    raise
+            except NotFound:
                 missing.append(f"{dep.kind} {dep.namespace}/{dep.name}")
                 continue
             manifest = strip_server_fields(thaw(obj))

@@ -2,9 +2,14 @@
 
 Join, in the member (namespace `tether-system`):
   - ServiceAccount `tether-<name>` (Karmada's `karmada-<cluster>`; one per joined name, so two
-    hubs joining one member under the same name share it),
-  - ClusterRole and ClusterRoleBinding `tether-controller:tether-<name>`: `*` on `*`, and `get`
-    on `/healthz`, `/readyz`, `/livez`, `/version`,
+    hubs joining one member under the same name share it): the member credential the hub keeps,
+  - ClusterRole and ClusterRoleBinding `tether-controller:tether-<name>` (`controller_rules`):
+    what tether's controllers do in a member (read, write and delete any object they propagate,
+    health and discovery paths) plus `impersonate` on users, groups and serviceaccounts, which the
+    cluster proxy needs to send each request as its caller. Not `cluster-admin`: no
+    `escalate`/`bind`, so it cannot grant itself more through RBAC writes,
+  - ClusterRoleBinding `tether:hub-admins:<name>`: the group `tether:hub-admins` (what the hub's
+    admins are called in a member, see `tether.federation.clusterproxy`) to `cluster-admin`,
   - Secret `tether-<name>-token` of type `kubernetes.io/service-account-token`, waited for until
     the token controller fills it.
   These carry `cluster.tether.io/joined-as=<name>`, never `app.kubernetes.io/managed-by=tether`
@@ -30,9 +35,8 @@ from typing import Any
 from tether.federation.crds import CLUSTER_API_VERSION, execution_namespace
 from tether.federation.health import HUB_NAMESPACE, member_credentials
 from tether.federation.model import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from tether.kube import KubeClient, KubeError
-
-Obj = dict[str, Any]
+from tether.kube import KubeClient, KubeError, NotFound
+from tether.objects import Obj
 
 FIELD_MANAGER = "tether-registry"
 MEMBER_NAMESPACE = "tether-system"
@@ -41,6 +45,10 @@ UNJOIN_ANNOTATION = "cluster.tether.io/unjoin"  # "delete-resources" | "keep-res
 REGION_LABEL = "topology.kubernetes.io/region"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HEALTH_URLS = ("/healthz", "/readyz", "/livez", "/version")
+DISCOVERY_URLS = ("/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*")
+HUB_ADMINS_GROUP = "tether:hub-admins"
+CONTROLLER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete",
+                    "deletecollection")
 TOKEN_WAIT_S = 30.0
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -110,6 +118,26 @@ def validate_name(name: str) -> None:
                             "'-'), at most 48 characters")
 
 
+def hub_admins_binding(cluster: str) -> str:
+    return f"{HUB_ADMINS_GROUP}:{cluster}"
+
+
+def controller_rules(*, impersonate: bool) -> list[Obj]:
+    """What tether's controllers need in a member: every object they may propagate (any type,
+    which is why resources are `*`), the health and discovery paths, and for the hub's member
+    credential `impersonate` (the proxy acts as its callers). Note for readers: whoever may
+    impersonate any group may impersonate `system:masters`; the credential is kept where only
+    the hub's admins and the hub itself can read it."""
+    rules: list[Obj] = [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": list(CONTROLLER_VERBS)},
+        {"nonResourceURLs": [*HEALTH_URLS, *DISCOVERY_URLS], "verbs": ["get"]},
+    ]
+    if impersonate:
+        rules.append({"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"],
+                      "verbs": ["impersonate"]})
+    return rules
+
+
 def labels(name: str) -> dict[str, str]:
     return {JOINED_AS_LABEL: name, "app.kubernetes.io/part-of": "tether-registry"}
 
@@ -124,13 +152,18 @@ def member_objects(name: str) -> list[Obj]:
          "metadata": {"name": sa, "namespace": MEMBER_NAMESPACE, **meta}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": role_name(name), **meta},
-         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                   {"nonResourceURLs": list(HEALTH_URLS), "verbs": ["get"]}]},
+         "rules": controller_rules(impersonate=True)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": role_name(name), **meta},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                      "name": role_name(name)},
          "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": MEMBER_NAMESPACE}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": hub_admins_binding(name), **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "cluster-admin"},
+         "subjects": [{"kind": "Group", "name": HUB_ADMINS_GROUP,
+                       "apiGroup": "rbac.authorization.k8s.io"}]},
         {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
          "metadata": {"name": token_secret_name(name), "namespace": MEMBER_NAMESPACE,
                       "labels": labels(name),
@@ -190,22 +223,13 @@ def check_conflicts(name: str, endpoint: str, cluster_id: str,
     return already
 
 
-async def _get_or_none(client: KubeClient, api_version: str, kind: str, name: str,
-                       namespace: str | None = None) -> Obj | None:
-    try:
-        return await client.get(api_version, kind, name, namespace)
-    except KubeError as exc:
-        if exc.code == 404:
-            return None
-        raise
-
 
 async def _wait_token(member: KubeClient, name: str, sa_uid: str, secret_obj: Obj, wait_s: float) -> Obj:
     """The token Secret once filled for *this* ServiceAccount (uid), re-created if it went away
     (the token controller deletes Secrets left from an earlier ServiceAccount of that name)."""
     deadline = time.monotonic() + wait_s
     while True:
-        secret = await _get_or_none(member, "v1", "Secret", token_secret_name(name), MEMBER_NAMESPACE)
+        secret = await member.get_or_none("v1", "Secret", token_secret_name(name), MEMBER_NAMESPACE)
         if secret is None:
             await member.apply(secret_obj, field_manager=FIELD_MANAGER)
         else:
@@ -231,10 +255,8 @@ async def join(host: KubeClient, member: KubeClient, options: JoinOptions) -> Jo
     cluster_id = str(kube_system["metadata"].get("uid", ""))
     try:
         existing = await host.list_objects(CLUSTER_API_VERSION, "Cluster")
-    except KubeError as exc:
-        if exc.code == 404:
-            raise RegistryError("the hub has no Cluster type: run `tether hub install` first") from None
-        raise
+    except NotFound:
+        raise RegistryError("the hub has no Cluster type: run `tether hub install` first") from None
     already = check_conflicts(name, endpoint, cluster_id, existing)
     steps: list[str] = []
     sa_uid = ""
@@ -335,9 +357,8 @@ async def delete_managed(member: KubeClient, selector: str = f"{MANAGED_BY_LABEL
             try:
                 await member.request("DELETE", resource.path(meta.get("namespace", ""), meta["name"]),
                                      body={"propagationPolicy": "Background"})
-            except KubeError as exc:
-                if exc.code != 404:
-                    raise
+            except NotFound:
+                pass
             where = f"{meta['namespace']}/" if meta.get("namespace") else ""
             deleted.append(f"{resource.kind} {where}{meta['name']}")
     return deleted
@@ -348,19 +369,17 @@ async def _delete(client: KubeClient, api_version: str, kind: str, name: str,
     try:
         await client.delete(api_version, kind, name, namespace)
         return True
-    except KubeError as exc:
-        if exc.code == 404:
-            return False
-        raise
+    except NotFound:
+        return False
 
 
 async def member_client_from_hub(host: KubeClient, name: str) -> KubeClient | None:
     """A client for a joined member, from its Cluster and hub Secret (None when not joined)."""
-    cluster = await _get_or_none(host, CLUSTER_API_VERSION, "Cluster", name)
+    cluster = await host.get_or_none(CLUSTER_API_VERSION, "Cluster", name)
     if cluster is None:
         return None
     ref = (cluster.get("spec") or {}).get("secretRef") or {}
-    secret = await _get_or_none(host, "v1", "Secret", ref.get("name", name), ref.get("namespace", HUB_NAMESPACE))
+    secret = await host.get_or_none("v1", "Secret", ref.get("name", name), ref.get("namespace", HUB_NAMESPACE))
     if secret is None:
         return None
     return KubeClient(member_credentials(cluster, secret))
@@ -377,7 +396,7 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
     """
     validate_name(name)
     steps: list[str] = []
-    cluster = await _get_or_none(host, CLUSTER_API_VERSION, "Cluster", name)
+    cluster = await host.get_or_none(CLUSTER_API_VERSION, "Cluster", name)
     if cluster is not None and not cluster["metadata"].get("deletionTimestamp"):
         # Tell the propagation engine to stop dispatching to this cluster, and what to keep.
         mark = "keep-resources" if keep_resources else "delete-resources"
@@ -397,9 +416,17 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
             if not keep_resources:
                 deleted = await delete_managed(member)
                 steps += [f"member: deleted {d}" for d in deleted]
-            for api_version, kind, obj_name, namespace in _member_cleanup(name, uses_own_token):
-                if await _delete(member, api_version, kind, obj_name, namespace):
-                    steps.append(f"member: deleted {kind} {namespace + '/' if namespace else ''}{obj_name}")
+            if uses_own_token and await _delete(member, "rbac.authorization.k8s.io/v1",
+                                                "ClusterRoleBinding", hub_admins_binding(name)):
+                # not part of the credential's own access: deleted while that still holds
+                steps.append(f"member: deleted ClusterRoleBinding {hub_admins_binding(name)}")
+            if uses_own_token and await _hand_over_to_gc(member, name):
+                steps.append(f"member: deleted ClusterRoleBinding {role_name(name)} (its ClusterRole, "
+                             "ServiceAccount and token Secret follow by garbage collection)")
+            else:
+                for api_version, kind, obj_name, namespace in _member_cleanup(name, uses_own_token):
+                    if await _delete(member, api_version, kind, obj_name, namespace):
+                        steps.append(f"member: deleted {kind} {namespace + '/' if namespace else ''}{obj_name}")
         except KubeError as exc:
             if not force:
                 raise RegistryError(f"cleaning up the member failed: {exc}; retry, or pass --force "
@@ -417,7 +444,7 @@ async def unjoin(host: KubeClient, member: KubeClient | None, name: str, *, keep
 
 
 def _hub_cleanup(name: str) -> list[tuple[str, str, str, str | None]]:
-    """What join or register made on the hub, in deletion order. A pull agent's Role and
+    """What join or register made on the hub, in deletion order. A pull agent's Works Role and
     RoleBinding live in the execution namespace and go with it; deleting its ServiceAccount
     revokes the agent's token."""
     rbac = "rbac.authorization.k8s.io/v1"
@@ -425,6 +452,9 @@ def _hub_cleanup(name: str) -> list[tuple[str, str, str, str | None]]:
         ("v1", "Namespace", execution_namespace(name), None),
         (rbac, "ClusterRoleBinding", agent_role(name), None),
         (rbac, "ClusterRole", agent_role(name), None),
+        (rbac, "RoleBinding", agent_role(name), HUB_NAMESPACE),
+        (rbac, "Role", agent_role(name), HUB_NAMESPACE),
+        ("coordination.k8s.io/v1", "Lease", name, HUB_NAMESPACE),
         ("v1", "Secret", agent_token_secret(name), HUB_NAMESPACE),
         ("v1", "ServiceAccount", agent_account(name), HUB_NAMESPACE),
         ("v1", "Secret", name, HUB_NAMESPACE),
@@ -432,9 +462,37 @@ def _hub_cleanup(name: str) -> list[tuple[str, str, str, str | None]]:
     ]
 
 
+async def _hand_over_to_gc(member: KubeClient, name: str) -> bool:
+    """Remove the join's access with its own token: False when its binding is already gone.
+
+    Under RBAC the first deletion of the binding, role or account ends the token's access, so
+    nothing could be deleted after it. The role and the account are made dependents of the
+    binding first (ownerReferences, which RBAC does not count as a grant) and the binding is
+    deleted last: the member's garbage collector removes the role and the account, and its
+    token controller the token Secret.
+    """
+    rbac = "rbac.authorization.k8s.io/v1"
+    binding = await member.get_or_none(rbac, "ClusterRoleBinding", role_name(name))
+    if binding is None:
+        return False
+    owner = {"metadata": {"ownerReferences": [
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "name": role_name(name),
+         "uid": binding["metadata"]["uid"]}]}}
+    for path in (f"/apis/{rbac}/clusterroles/{role_name(name)}",
+                 f"/api/v1/namespaces/{MEMBER_NAMESPACE}/serviceaccounts/{service_account_name(name)}"):
+        try:
+            await member.request("PATCH", path, body=owner, content_type="application/merge-patch+json",
+                                 params={"fieldManager": FIELD_MANAGER})
+        except NotFound:
+            pass
+    await _delete(member, rbac, "ClusterRoleBinding", role_name(name))
+    return True
+
+
 def _member_cleanup(name: str, uses_own_token: bool) -> list[tuple[str, str, str, str | None]]:
     rbac = "rbac.authorization.k8s.io/v1"
     steps: list[tuple[str, str, str, str | None]] = [
+        (rbac, "ClusterRoleBinding", hub_admins_binding(name), None),
         (rbac, "ClusterRoleBinding", role_name(name), None),
         (rbac, "ClusterRole", role_name(name), None),
     ]
@@ -447,7 +505,5 @@ async def list_clusters(host: KubeClient) -> list[Obj]:
     try:
         return sorted(await host.list_objects(CLUSTER_API_VERSION, "Cluster"),
                       key=lambda c: c["metadata"]["name"])
-    except KubeError as exc:
-        if exc.code == 404:
-            raise RegistryError("the hub has no Cluster type: run `tether hub install` first") from None
-        raise
+    except NotFound:
+        raise RegistryError("the hub has no Cluster type: run `tether hub install` first") from None

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.kube import KubeClient, KubeError, NotFound
+from tether.objects import Obj
 
 from . import works as W
 from ._util import items, mapping, nested
 from .crds import WORK_API_VERSION
 from .model import ResourceRef
 from .propagation import STATUS_ANNOTATION
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from tether.federation.health import HUB_NAMESPACE
 from tether.federation.install import FIELD_MANAGER as INSTALL_FIELD_MANAGER
 from tether.federation.install import wait_established
 from tether.federation.kubefed import federated_type_names
-from tether.kube import KubeClient, KubeError
+from tether.kube import KubeClient, KubeError, NotFound
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 FTC_API_VERSION = f"{crds.KUBEFED_CORE_GROUP}/v1beta1"
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
 FIELD_MANAGER = "tether-enable"
@@ -197,15 +197,6 @@ def apply_outcome(before: Mapping[str, Any] | None, after: Mapping[str, Any]) ->
     return "unchanged" if same_version or _content(before) == _content(after) else "configured"
 
 
-async def _get_or_none(client: KubeClient, api_version: str, kind: str, name: str,
-                       namespace: str | None = None) -> Obj | None:
-    try:
-        return await client.get(api_version, kind, name, namespace)
-    except KubeError as exc:
-        if exc.code == 404:
-            return None
-        raise
-
 
 def _not_installed(exc: KubeError) -> FederationTypeError:
     return FederationTypeError(f"the hub has no FederatedTypeConfig type ({exc.message}); "
@@ -215,10 +206,8 @@ def _not_installed(exc: KubeError) -> FederationTypeError:
 async def _type_configs(client: KubeClient, namespace: str) -> list[Obj]:
     try:
         return await client.list_objects(FTC_API_VERSION, "FederatedTypeConfig", namespace)
-    except KubeError as exc:
-        if exc.code == 404:
-            raise _not_installed(exc) from None
-        raise
+    except NotFound as exc:
+        raise _not_installed(exc) from None
 
 
 async def enable(client: KubeClient, objects: TypeObjects, *, namespace: str = HUB_NAMESPACE,
@@ -245,7 +234,7 @@ async def enable(client: KubeClient, objects: TypeObjects, *, namespace: str = H
     lines: list[str] = []
 
     async def apply(obj: Obj, label: str) -> None:
-        before = await _get_or_none(client, obj["apiVersion"], obj["kind"], obj["metadata"]["name"],
+        before = await client.get_or_none(obj["apiVersion"], obj["kind"], obj["metadata"]["name"],
                                     obj["metadata"].get("namespace"))
         # `tether hub install` applies the default types under its own field manager: keep it
         # for those, so enabling them again is a no-op rather than an ownership change.
@@ -277,10 +266,8 @@ async def _federated_objects_exist(client: KubeClient, fed: Mapping[str, Any]) -
     api_version = f"{fed.get('group')}/{fed.get('version')}"
     try:
         listed = await client.list_all(api_version, str(fed.get("kind")), limit=1)
-    except KubeError as exc:
-        if exc.code == 404:
-            return False
-        raise
+    except NotFound:
+        return False
     return bool(listed.items)
 
 
@@ -303,11 +290,9 @@ async def disable(client: KubeClient, name: str, *, delete_crd: bool = False,
         report(line)
 
     try:
-        ftc = await _get_or_none(client, FTC_API_VERSION, "FederatedTypeConfig", ftc_name, namespace)
-    except KubeError as exc:
-        if exc.code == 404:
-            raise _not_installed(exc) from None
-        raise
+        ftc = await client.get_or_none(FTC_API_VERSION, "FederatedTypeConfig", ftc_name, namespace)
+    except NotFound as exc:
+        raise _not_installed(exc) from None
     if ftc is None:
         raise FederationTypeError(f"type {ftc_name!r} is not enabled (no FederatedTypeConfig {namespace}/{ftc_name}); "
                          f"enabled types: `kubectl -n {namespace} get federatedtypeconfigs`")
@@ -328,15 +313,12 @@ async def disable(client: KubeClient, name: str, *, delete_crd: bool = False,
         try:
             await client.delete(CRD_API_VERSION, "CustomResourceDefinition", crd_name)
             say(f'customresourcedefinition "{crd_name}" deleted')
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             say(f'customresourcedefinition "{crd_name}" does not exist')
         try:
             await client.delete(FTC_API_VERSION, "FederatedTypeConfig", ftc_name, namespace)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
+            pass
         say(f'federatedtypeconfig "{qualified}" deleted')
     return DisableResult(ftc_name, tuple(lines))
 

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.objects import Obj
+
 from ._util import items, mapping, nested, thaw
 from .crds import WORK_API_VERSION, execution_namespace
 from .kubefed import ClusterResult
@@ -55,8 +57,6 @@ KUBEFED_REASONS: Mapping[str, str] = {
 }
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-
-Obj = dict[str, Any]
 
 
 def short_hash(text: str, length: int = 10) -> str:

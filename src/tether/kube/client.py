@@ -40,8 +40,8 @@ from tether.kube.transport import ConnectOptions, open_pool
 from tether.kube.watch import WatchEvent, watch
 from tether.net.http1 import Answer, Headers
 from tether.net.httpclient import RawConnection, StreamedAnswer, TransportError
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 T = TypeVar("T")
 PatchType = Literal["merge", "json", "strategic"]
 PropagationPolicy = Literal["Background", "Foreground", "Orphan"]
@@ -536,6 +536,15 @@ class KubeClient:
         res = await self.resource(api_version, kind, timeout_s=timeout_s)
         return await self.request("GET", res.path(self._namespace(res, namespace), name, subresource),
                                   timeout_s=timeout_s)
+
+    async def get_or_none(self, api_version: str, kind: str, name: str,
+                          namespace: str | None = None, *, timeout_s: float | None = None
+                          ) -> Obj | None:
+        """The object, or None when it does not exist (every other error is raised)."""
+        try:
+            return await self.get(api_version, kind, name, namespace, timeout_s=timeout_s)
+        except NotFound:
+            return None
 
     async def list_all(self, api_version: str, kind: str, namespace: str | None = None, *,
                        label_selector: str = "", field_selector: str = "", limit: int = 500,

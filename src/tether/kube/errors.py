@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-Obj = dict[str, Any]
+from tether.objects import Obj
 
 
 @dataclass(frozen=True)

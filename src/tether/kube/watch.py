@@ -28,11 +28,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import Literal, Protocol, cast
 
 from tether.kube.errors import Gone, KubeError, ServerError, error_from_status
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 EVENT_TYPES: frozenset[str] = frozenset(("ADDED", "MODIFIED", "DELETED", "BOOKMARK"))
 WATCH_GRACE_S = 10.0  # how long past `timeoutSeconds` a server may take to end a stream

@@ -15,15 +15,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tether.local import discovery, openapi, selectors, tables, watching
+from tether.local import discovery, openapi, tables, watching
 from tether.local.errors import ApiError, bad_request, expired, method_not_allowed, path_not_found
-from tether.local.http import Reply, Request, Response, StreamResponse
-from tether.local.operations import Operations, WriteOptions, decode_body
+from tether.local.operations import Operations, WriteOptions, decode_body, groups_of
+from tether.local.rbac import reviews
+from tether.local.rbac.authorizer import UserInfo
+from tether.local.rbac.enforcer import (
+    ANONYMOUS_USER,
+    CURRENT,
+    Enforcer,
+    RequestContext,
+    certificate_user,
+)
 from tether.local.resources import Registry, ResourceType
+from tether.net.httpserver import Reply, Request, Response, StreamResponse
+from tether.objects import Obj, selectors
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 SERVER_VERSION = {
     "major": "1",
@@ -40,7 +48,6 @@ SERVER_VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
-PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 # Extra handlers for subresources served by other parts (logs, exec, ...), keyed by name.
@@ -72,10 +79,12 @@ class ApiServer:
         registry: Registry,
         tokens: Callable[[str], str | None],
         server_address: Callable[[], str],
+        enforcer: Enforcer,
     ) -> None:
         self.ops = operations
         self.registry = registry
         self._tokens = tokens
+        self.enforcer = enforcer
         self._server_address = server_address
         self.subresource_handlers: dict[str, SubresourceHandler] = {}
         self.ready: Callable[[], bool] = lambda: True
@@ -84,11 +93,21 @@ class ApiServer:
 
     async def handle(self, request: Request) -> Reply:
         try:
-            user = self._authenticate(request)
-            if user is None and request.path not in PUBLIC_PATHS:
-                return _json(401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                   "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
-            return await self._route(request, user or "system:anonymous")
+            authenticated = self._authenticate(request)
+            try:
+                user = self.enforcer.impersonate(authenticated or ANONYMOUS_USER, request.headers)
+                info = self.enforcer.admit_request(user, request.method, request.path, request.query)
+            except ApiError as exc:
+                # Anonymous callers learn nothing beyond "authenticate" (the public paths RBAC
+                # grants them, /version and health, pass above).
+                if authenticated is None and exc.code == 403:
+                    return _unauthorized()
+                raise
+            context = CURRENT.set(RequestContext(user, info))
+            try:
+                return await self._route(request, user)
+            finally:
+                CURRENT.reset(context)
         except ApiError as exc:
             return status_response(exc)
         except Exception as exc:  # a bug must answer 500, never take the server down
@@ -99,26 +118,26 @@ class ApiServer:
         """The user a bearer token belongs to, or None (TokenReview asks this)."""
         return self._tokens(token)
 
-    def _authenticate(self, request: Request) -> str | None:
+    def _authenticate(self, request: Request) -> UserInfo | None:
         if request.peer_cert:
-            for rdn in request.peer_cert.get("subject", ()):
-                for key, value in rdn:
-                    if key == "commonName":
-                        return str(value)
-            return "client-certificate"
+            # A certificate without a CN authenticates no one (as Kubernetes); a token may still.
+            user = certificate_user(request.peer_cert)
+            if user is not None:
+                return user
         auth = request.header("authorization")
+        name: str | None = None
         if auth[:7].lower() == "bearer ":
-            return self._tokens(auth[7:].strip())
-        if auth[:6].lower() == "basic ":
+            name = self._tokens(auth[7:].strip())
+        elif auth[:6].lower() == "basic ":
             try:
                 raw = base64.b64decode(auth[6:].strip()).decode()
             except (binascii.Error, UnicodeDecodeError):
                 return None
             _, _, password = raw.partition(":")
-            return self._tokens(password)  # the token's user, never the name the client claims
-        return None
+            name = self._tokens(password)  # the token's user, never the name the client claims
+        return None if name is None else UserInfo(name, tuple(groups_of(name)))
 
-    async def _route(self, request: Request, user: str) -> Reply:
+    async def _route(self, request: Request, user: UserInfo) -> Reply:
         path = request.path.rstrip("/") or "/"
         if path in ("/healthz", "/livez", "/readyz") or path.startswith(("/healthz/", "/livez/", "/readyz/")):
             ok = self.ready() or path.startswith("/livez")
@@ -207,7 +226,7 @@ class ApiServer:
             raise path_not_found()
         return Target(rt, namespace, name, subresource, "/".join(rest[3:]))
 
-    async def _dispatch(self, request: Request, target: Target, user: str) -> Reply:
+    async def _dispatch(self, request: Request, target: Target, user: UserInfo) -> Reply:
         rt, method = target.rt, request.method
         sub = target.subresource
         if sub and sub not in ("status", "scale", "finalize"):
@@ -228,6 +247,8 @@ class ApiServer:
         if method == "POST" and not target.name:
             self._require_verb(rt, "create")
             body = decode_body(request.header("content-type"), request.body)
+            if (rt.group, rt.kind) in reviews.KINDS:
+                return _json(201, self._review(rt, body, user, target.namespace))
             obj = self.ops.create(rt, target.namespace, body, opts)
             return self._object_response(request, rt, 201, obj)
         if method == "PUT" and target.name:
@@ -264,7 +285,16 @@ class ApiServer:
         if verb not in rt.verbs:
             raise method_not_allowed(f"{rt.qualified} does not support {verb}")
 
-    def _write_options(self, request: Request, user: str) -> WriteOptions:
+    def _review(self, rt: ResourceType, body: Any, user: UserInfo, namespace: str) -> Obj:
+        if not isinstance(body, dict):
+            raise bad_request("the object provided is not a JSON or YAML object")
+        kind, api_version = body.get("kind"), body.get("apiVersion")
+        if (kind and kind != rt.kind) or (api_version and api_version != rt.group_version):
+            raise bad_request(f"expected {rt.kind} of {rt.group_version}, got {kind} of {api_version}")
+        body.update(kind=rt.kind, apiVersion=rt.group_version)
+        return reviews.review(self.enforcer.policy, rt.group, rt.kind, body, user=user, namespace=namespace)
+
+    def _write_options(self, request: Request, user: UserInfo) -> WriteOptions:
         dry_run = request.params("dryRun")
         if dry_run and any(v != "All" for v in dry_run):
             raise bad_request(f"Invalid dryRun value: {dry_run}; only All is supported")
@@ -276,7 +306,7 @@ class ApiServer:
             dry_run=bool(dry_run),
             strict=request.param("fieldValidation") == "Strict",
             force=_flag(request, "force"),
-            user=user,
+            user=user.name,
         )
 
     def _delete_options(self, request: Request) -> Obj:
@@ -520,6 +550,11 @@ class ApiServer:
         except (ValueError, patching.PatchError) as exc:
             raise bad_request(f"error applying patch to Scale: {exc}") from None
         return self._write_scale(rt, target, patched, opts)
+
+
+def _unauthorized() -> Response:
+    return _json(401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
 
 
 def _flag(request: Request, name: str) -> bool:

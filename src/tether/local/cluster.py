@@ -15,13 +15,16 @@ from tether.local import components
 from tether.local import tokens as sa_tokens
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
-from tether.local.http import HttpServer
 from tether.local.netns import fabric_for
 from tether.local.network import ClusterNetwork, NetworkError, choose_mode, claim_index
 from tether.local.operations import Operations, WriteOptions
 from tether.local.pki import ClusterPki, ensure_cluster_pki
+from tether.local.rbac.component import ensure_default_policy
+from tether.local.rbac.enforcer import Enforcer
+from tether.local.rbac.index import RbacIndex
 from tether.local.resources import Registry
 from tether.local.store import Store
+from tether.net.httpserver import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,10 @@ class LocalCluster:
         self.registry = Registry.with_builtins()
         self.ops = Operations(self.store, self.registry)
         self.ops.load_crds()
+        # RBAC: decisions read an index the store keeps current; RBAC writes are checked for
+        # escalation in admission (local/rbac/).
+        enforcer = Enforcer(RbacIndex.following(self.store))
+        self.ops.admission.append(enforcer.admission)
         self.api = ApiServer(
             operations=self.ops,
             registry=self.registry,
@@ -71,6 +78,7 @@ class LocalCluster:
             tokens=sa_tokens.authenticator(self.store, config.data_dir / "pki",
                                            token_checker({self.pki.token(): "tether-admin"})),
             server_address=lambda: f"{self.api_host}:{self.port}",
+            enforcer=enforcer,
         )
         self.ops.token_review = self.api.check_token
         mode = choose_mode(config.data_dir, config.netns)
@@ -145,6 +153,7 @@ class LocalCluster:
         for name in SYSTEM_NAMESPACES:
             if self.store.get("/namespaces", "", name) is None:
                 self.ops.create(rt, "", {"metadata": {"name": name}}, WriteOptions(manager="kube-apiserver"))
+        ensure_default_policy(self.ops)
 
     async def start(self) -> None:
         self.bootstrap()

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def build(cluster: LocalCluster) -> list[Component]:
     from tether.local import kubelet, nodes, services, tokens, workloads
+    from tether.local.rbac import component as rbac
 
     parts: list[Component] = []
     parts += services.build(cluster)  # Service IPs, Endpoints/EndpointSlices, service proxy, DNS
@@ -21,4 +22,5 @@ def build(cluster: LocalCluster) -> list[Component]:
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
     parts += tokens.build(cluster)  # ServiceAccount tokens, TokenRequest, default SA, root CA
+    parts += rbac.build(cluster)  # ClusterRole aggregation (admin/edit/view and custom ones)
     return parts

@@ -11,7 +11,6 @@ import copy
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from tether.engine import Engine, RequeueAfter
 from tether.local.errors import ApiError
@@ -25,10 +24,10 @@ from tether.local.operations import (
 )
 from tether.local.resources import ResourceType
 from tether.local.store import Event, follow
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (storage key, namespace, name)
 NAMESPACES = "/namespaces"
 CRDS = "apiextensions.k8s.io/customresourcedefinitions"
@@ -196,7 +195,7 @@ class LocalControllers:
         try:
             self.ops.delete(rt, namespace, name, options, self._opts(manager))
         except ApiError as exc:
-            if exc.code != 404:
+            if not exc.not_found:
                 raise
 
     # garbage collection ------------------------------------------------------------------
@@ -260,7 +259,7 @@ class LocalControllers:
         try:
             self.ops.update(rt, key[1], key[2], updated, self._opts("garbage-collector"))
         except ApiError as exc:
-            if exc.code != 404:
+            if not exc.not_found:
                 raise
 
     @staticmethod

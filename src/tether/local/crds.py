@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tether.local import objects, schema
+from tether.local import schema
 from tether.local.errors import Cause
 from tether.local.resources import ResourceType, ScalePaths
+from tether.objects import Obj, times
 
-Obj = dict[str, Any]
 CRD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -75,7 +75,7 @@ def accept(crd: Obj) -> None:
     stored = [v["name"] for v in spec.get("versions") or [] if isinstance(v, dict) and v.get("storage")]
     previous = [v for v in status.get("storedVersions") or [] if v not in stored]
     status["storedVersions"] = previous + stored
-    now = objects.now_rfc3339()
+    now = times.now_rfc3339()
     terminating = bool(crd.get("metadata", {}).get("deletionTimestamp"))
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
 

@@ -34,6 +34,10 @@ class ApiError(Exception):
     def __str__(self) -> str:
         return f"{self.code} {self.reason}: {self.message}"
 
+    @property
+    def not_found(self) -> bool:
+        return self.code == 404
+
     def status(self) -> dict[str, Any]:
         details: dict[str, Any] = {}
         if self.name:

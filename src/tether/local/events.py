@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from tether.local import objects
 from tether.local.errors import ApiError
 from tether.local.operations import Operations, WriteOptions
+from tether.objects import Obj, times
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 def record(
@@ -29,7 +26,7 @@ def record(
         return
     meta = involved.get("metadata", {})
     namespace = meta.get("namespace") or "default"
-    now = objects.now_rfc3339()
+    now = times.now_rfc3339()
     event = {
         "apiVersion": "v1",
         "kind": "Event",

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime as dt
 import re
 import secrets
-import time
 import uuid
 from typing import Any
 
 from tether.local.errors import Cause
-
-Obj = dict[str, Any]
+from tether.objects import Obj
 
 GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -24,20 +21,6 @@ LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
 PATH_NAMED_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "Event"})
 
 
-_last_stamp: tuple[int, str] = (-1, "")
-
-
-def now_rfc3339() -> str:
-    """The current UTC time to the second; formatted once per second (writes ask many times)."""
-    global _last_stamp
-    second = int(time.time())
-    if _last_stamp[0] != second:
-        _last_stamp = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
-    return _last_stamp[1]
-
-
-def now_micro() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def new_uid() -> str:

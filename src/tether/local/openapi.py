@@ -2,7 +2,7 @@
 
 kubectl checks that each kind's PATCH operation takes a `fieldValidation` parameter; when it
 does, kubectl leaves validation to the server. Operations carry no requestBody, so kubectl builds
-strategic merge patches from its compiled-in types (apiserver.md §1.3).
+strategic merge patches from its compiled-in types (docs/api-server-notes.md).
 """
 
 from __future__ import annotations

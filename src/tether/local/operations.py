@@ -23,15 +23,15 @@ from tether.local.errors import (
     bad_request,
     conflict,
     invalid,
+    method_not_allowed,
     not_found,
     unsupported_media_type,
 )
 from tether.local.resources import Registry, ResourceType
 from tether.local.store import KeyExists, KeyMissing, RevisionMismatch, Store
+from tether.objects import Obj, times
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 PATCH_TYPES = (
     "application/json-patch+json",
@@ -45,7 +45,10 @@ NAMESPACE_FINALIZER = "kubernetes"
 ORPHAN_FINALIZER = "orphan"
 FOREGROUND_FINALIZER = "foregroundDeletion"
 CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
-REVIEW_KINDS = frozenset({"SelfSubjectAccessReview", "SubjectAccessReview", "SelfSubjectReview", "TokenReview"})
+# Never stored. The API server answers all but TokenReview itself (local/rbac/reviews.py): they
+# need the caller's identity and the authorizer.
+REVIEW_KINDS = frozenset({"SelfSubjectAccessReview", "SubjectAccessReview", "LocalSubjectAccessReview",
+                          "SelfSubjectRulesReview", "SelfSubjectReview", "TokenReview"})
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ class Operations:
         if not opts.manager:
             return new
         return patching.record_update(
-            old, new, manager=opts.manager, api_version=rt.group_version, now=objects.now_rfc3339(),
+            old, new, manager=opts.manager, api_version=rt.group_version, now=times.now_rfc3339(),
             schema=patching.merge_schema_for(rt.group, rt.kind), subresource=subresource,
         )
 
@@ -213,7 +216,7 @@ class Operations:
         meta["uid"] = objects.new_uid()
         if rt.group == "batch" and rt.kind == "Job":
             objects.default_job_selector(obj)
-        meta["creationTimestamp"] = objects.now_rfc3339()
+        meta["creationTimestamp"] = times.now_rfc3339()
         if rt.has_generation or rt.crd:
             meta["generation"] = 1
         if rt.group == "apiextensions.k8s.io":
@@ -247,11 +250,8 @@ class Operations:
         raise ApiError(500, "InternalError", "could not generate a unique name")
 
     def _review(self, rt: ResourceType, obj: Obj, opts: WriteOptions) -> Obj:
-        # Authorization is not enforced by local clusters; say so honestly.
-        if rt.kind in ("SelfSubjectAccessReview", "SubjectAccessReview"):
-            obj["status"] = {"allowed": True, "reason": "tether local clusters do not enforce RBAC"}
-        elif rt.kind == "SelfSubjectReview":
-            obj["status"] = {"userInfo": {"username": opts.user, "groups": groups_of(opts.user)}}
+        if rt.kind != "TokenReview":
+            raise method_not_allowed(f"{rt.kind} is answered by the API server only")
         else:  # TokenReview: about the token in the request, not about the caller
             token = str((obj.get("spec") or {}).get("token") or "")
             user = self.token_review(token) if token else None
@@ -427,7 +427,7 @@ class Operations:
             merged = copy.deepcopy(current)
             merged["status"] = patching.apply_merge_patch(current.get("status") or {}, applied.get("status") or {})
             return self._write_update(rt, current, merged, opts, subresource="status"), False
-        now = objects.now_rfc3339()
+        now = times.now_rfc3339()
         try:
             result = patching.server_side_apply(
                 current, applied, manager=opts.manager, force=opts.force, api_version=rt.group_version,
@@ -482,7 +482,7 @@ class Operations:
         if grace > 0:
             meta["deletionGracePeriodSeconds"] = grace
         if not meta.get("deletionTimestamp") and (self._finalizers(rt, new) or grace > 0):
-            meta["deletionTimestamp"] = objects.now_rfc3339()
+            meta["deletionTimestamp"] = times.now_rfc3339()
             meta.setdefault("deletionGracePeriodSeconds", 0)
             if rt.group == "" and rt.kind == "Namespace":
                 new.setdefault("status", {})["phase"] = "Terminating"
@@ -545,12 +545,15 @@ ADMIN_USER = "tether-admin"
 
 
 def groups_of(user: str) -> list[str]:
-    """The groups a local cluster puts its users in (it stores RBAC but does not enforce it)."""
+    """The groups of a token's user: the admin token's is `system:masters`, a ServiceAccount's
+    are its fixed groups; every token user is `system:authenticated`."""
     if user == ADMIN_USER:
         return ["system:masters", "system:authenticated"]
     if user.startswith("system:serviceaccount:"):
         namespace = user.split(":")[2]
         return ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+    if user.startswith("system:bootstrap:"):  # bootstrap tokens (their extra groups are not kept)
+        return ["system:bootstrappers", "system:authenticated"]
     return ["system:authenticated"]
 
 

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-VALID_DAYS = 3650
+from tether.net.pki import CertificateAuthority, Issued, write_private
+
 SERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local")
 
@@ -32,86 +28,6 @@ class ClusterPki:
         return self.token_file.read_text().strip()
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    path.chmod(0o600)
-
-
-def _name(common_name: str, organization: str = "") -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization:
-        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-    return x509.Name(attrs)
-
-
-def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
-    now = dt.datetime.now(dt.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=VALID_DAYS))
-    )
-
-
-def issue_ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = _key()
-    name = _name(common_name)
-    cert = (
-        _builder(name, name, key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
-
-
-def issue_leaf(
-    ca_cert: x509.Certificate,
-    ca_key: ec.EllipticCurvePrivateKey,
-    *,
-    common_name: str,
-    organization: str = "",
-    server_names: tuple[str, ...] = (),
-    server_ips: tuple[str, ...] = (),
-    client: bool = False,
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = _key()
-    builder = _builder(_name(common_name, organization), ca_cert.subject, key.public_key())
-    usages = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
-    builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-    builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in server_names]
-    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips]
-    if alt:
-        builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
-    return builder.sign(ca_key, hashes.SHA256()), key
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
 def ensure_cluster_pki(directory: Path, cluster_name: str, *, extra_ips: tuple[str, ...] = ()) -> ClusterPki:
     """Create the cluster's CA, certificates and admin token once; later calls reuse them.
 
@@ -120,16 +36,18 @@ def ensure_cluster_pki(directory: Path, cluster_name: str, *, extra_ips: tuple[s
     """
     pki = _ensure_cluster_pki(directory, cluster_name)
     if extra_ips and not _covers(pki.server_cert, extra_ips):
-        ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
-        ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
-        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-        server_cert, server_key = issue_leaf(
-            ca_cert, ca_key, common_name="kube-apiserver", server_names=SERVER_NAMES,
-            server_ips=("127.0.0.1", "::1", *extra_ips),
-        )
-        pki.server_cert.write_bytes(_pem(server_cert))
-        _write_key(pki.server_key, server_key)
+        ca = CertificateAuthority.from_files(pki.ca_cert, pki.ca_key)
+        _write(pki.server_cert, pki.server_key, _serving(ca, extra_ips))
     return pki
+
+
+def _serving(ca: CertificateAuthority, extra_ips: tuple[str, ...] = ()) -> Issued:
+    return ca.issue("kube-apiserver", server=True, sans=(*SERVER_NAMES, "127.0.0.1", "::1", *extra_ips))
+
+
+def _write(cert_path: Path, key_path: Path, issued: Issued) -> None:
+    cert_path.write_bytes(issued.cert_pem)
+    write_private(key_path, issued.key_pem())
 
 
 def _covers(cert_path: Path, ips: tuple[str, ...]) -> bool:
@@ -155,23 +73,10 @@ def _ensure_cluster_pki(directory: Path, cluster_name: str) -> ClusterPki:
     )
     if pki.ca_cert.exists() and pki.admin_key.exists() and pki.token_file.exists():
         return pki
-    ca_cert, ca_key = issue_ca(f"tether-local-{cluster_name}-ca")
-    pki.ca_cert.write_bytes(_pem(ca_cert))
-    _write_key(pki.ca_key, ca_key)
-    server_cert, server_key = issue_leaf(
-        ca_cert,
-        ca_key,
-        common_name="kube-apiserver",
-        server_names=SERVER_NAMES,
-        server_ips=("127.0.0.1", "::1"),
-    )
-    pki.server_cert.write_bytes(_pem(server_cert))
-    _write_key(pki.server_key, server_key)
-    admin_cert, admin_key = issue_leaf(
-        ca_cert, ca_key, common_name="tether-admin", organization="system:masters", client=True
-    )
-    pki.admin_cert.write_bytes(_pem(admin_cert))
-    _write_key(pki.admin_key, admin_key)
-    pki.token_file.write_text(secrets.token_urlsafe(32) + "\n")
-    pki.token_file.chmod(0o600)
+    ca = CertificateAuthority.create(f"tether-local-{cluster_name}-ca")
+    pki.ca_cert.write_bytes(ca.cert_pem)
+    write_private(pki.ca_key, ca.key_pem())
+    _write(pki.server_cert, pki.server_key, _serving(ca))
+    _write(pki.admin_cert, pki.admin_key, ca.issue("tether-admin", organizations=("system:masters",)))
+    write_private(pki.token_file, (secrets.token_urlsafe(32) + "\n").encode())
     return pki

@@ -135,7 +135,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", short=("pdb",), status=True, gen=True),
     _t("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", namespaced=False, short=("pc",)),
     _t("storage.k8s.io", "v1", "StorageClass", "storageclasses", namespaced=False, short=("sc",)),
-    # rbac (stored, not enforced)
+    # rbac (enforced: local/rbac/)
     _t("rbac.authorization.k8s.io", "v1", "Role", "roles"),
     _t("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
     _t("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False),
@@ -147,6 +147,10 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews",
        namespaced=False, verbs=CREATE_ONLY),
     _t("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews",
+       namespaced=False, verbs=CREATE_ONLY),
+    _t("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews",
+       verbs=CREATE_ONLY),
+    _t("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews",
        namespaced=False, verbs=CREATE_ONLY),
     _t("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", namespaced=False,
        verbs=CREATE_ONLY),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from tether.local import jsonpath
+from tether.objects import jsonpath
 
 __all__ = [
     "Violation",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Obj = dict[str, Any]
+from tether.objects import Obj
 
 WATCH_QUEUE_LIMIT = 10_000
 HISTORY_PAGE = 1_000
@@ -141,6 +141,7 @@ class Store:
         self.compact_keep = compact_keep
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._watchers: set[Watcher] = set()
+        self._listeners: list[tuple[frozenset[str], Callable[[Event], None]]] = []
         # The object of the latest write with its JSON, so the write's response reuses it.
         self._last_written: tuple[Obj, str] | None = None
         self.revision = 0
@@ -208,6 +209,9 @@ class Store:
         return last[1] if last is not None and last[0] is obj else None
 
     def _notify(self, event: Event) -> None:
+        for resources, listener in self._listeners:
+            if event.resource in resources:
+                listener(event)
         for watcher in list(self._watchers):
             if watcher.wants(event):
                 watcher.push(event)
@@ -273,6 +277,22 @@ class Store:
             history = (event for event in history if event.resource in only)
         self._watchers.add(watcher)
         return watcher, history
+
+    def subscribe(self, resources: Collection[str], listener: Callable[[Event], None]) -> Callable[[], None]:
+        """Call `listener` inside every write to one of `resources`, before the write returns.
+
+        For in-memory indexes that must never lag the store (what the authorizer reads): the
+        next request after a write already sees it. The listener must be quick and must not
+        write. Returns the function that unsubscribes.
+        """
+        entry = (frozenset(resources), listener)
+        self._listeners.append(entry)
+
+        def unsubscribe() -> None:
+            if entry in self._listeners:
+                self._listeners.remove(entry)
+
+        return unsubscribe
 
     def unwatch(self, watcher: Watcher) -> None:
         self._watchers.discard(watcher)

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import ssl
-import subprocess
 import sys
 import time
 import urllib.request
@@ -19,6 +18,7 @@ from typing import Any
 
 from tether.local import kubeconfig, netns, network
 from tether.local.cluster import ClusterConfig, LocalCluster
+from tether.net import daemon
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
@@ -30,10 +30,7 @@ class LocalError(Exception):
 
 def default_data_dir() -> Path:
     env = os.environ.get("TETHER_LOCAL_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "tether" / "local"
+    return Path(env) if env else daemon.state_home() / "local"
 
 
 @dataclass(frozen=True)
@@ -86,24 +83,9 @@ def read_state(layout: Layout) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     pid = int(state.get("pid", 0))
-    if pid <= 0 or not _alive(pid):
+    if pid <= 0 or not daemon.alive(pid):
         return None
     return state
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); it is not serving anything.
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-            return False
-    return True
 
 
 async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1,
@@ -165,12 +147,9 @@ def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_ke
         command.append("--netns" if netns else "--no-netns")
     for name in isolate_api:
         command += ["--isolate-api", name]
-    with layout.log.open("ab") as log_file:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    deadline = time.monotonic() + START_TIMEOUT_S
     log_offset = layout.log.stat().st_size if layout.log.exists() else 0
+    process = daemon.spawn(command, layout.log)
+    deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if progress is not None:
             log_offset = _report_progress(layout.log, log_offset, progress)
@@ -203,13 +182,7 @@ def stop_daemon(layout: Layout) -> bool:
     state = read_state(layout)
     if state is None:
         return False
-    pid = int(state["pid"])
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.1)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    daemon.stop(int(state["pid"]), stop_s=STOP_TIMEOUT_S)
     with contextlib.suppress(FileNotFoundError):
         layout.state.unlink()
     remove_namespaces(state)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tether.local import jsonpath, selectors
+from tether.objects import jsonpath, selectors
+from tether.objects.times import parse_time, rfc3339
 
 __all__ = ["Column", "human_duration", "make_table", "parse_time"]
 
@@ -67,17 +68,6 @@ def _wide(name: str, type_: str = "string") -> Column:
 # Time
 
 
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp (metav1.Time or MicroTime) as an aware datetime, else None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def human_duration(delta: timedelta) -> str:
     """kubectl's age format (duration.HumanDuration): about two significant units."""
     seconds = int(delta.total_seconds())  # truncates toward zero, as Go's int() does
@@ -119,9 +109,7 @@ def _since(value: Any, now: datetime) -> str:
 
 def _rfc3339(value: Any) -> str:
     when = parse_time(value)
-    if when is None:
-        return "0001-01-01T00:00:00Z"  # Go's zero time, as the real server prints it
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "0001-01-01T00:00:00Z" if when is None else rfc3339(when)  # Go's zero time if unset
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,10 +11,11 @@ What the real control plane does, in one module:
   ServiceAccount (and, for Secret-based tokens, the Secret) still exists with the same uid; the
   user is `system:serviceaccount:<namespace>:<name>`;
 - `POST .../serviceaccounts/<name>/token` (TokenRequest) issues bound, expiring tokens, which is
-  what `kubectl create token` calls.
+  what `kubectl create token` calls;
+- bootstrap tokens (`tether.local.bootstrap_tokens`) authenticate as kube-apiserver's
+  bootstrap-token authenticator says, and the token controller deletes them once expired.
 
-RBAC is not enforced by local clusters: a ServiceAccount token authenticates, and every
-authenticated user may do everything. Roles and bindings are stored, never evaluated.
+What a ServiceAccount may do is RBAC's to decide (local/rbac/).
 """
 
 from __future__ import annotations
@@ -43,19 +44,18 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 
 from tether.engine import Engine, RequeueAfter
-from tether.local import objects
+from tether.local import bootstrap_tokens
 from tether.local.errors import ApiError, bad_request, method_not_allowed
-from tether.local.http import Reply, Request, Response
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
 from tether.local.store import Store, WatchOverflow
+from tether.net.httpserver import Reply, Request, Response
+from tether.objects import Obj, times
 
 if TYPE_CHECKING:
     from tether.local.cluster import Component, LocalCluster
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 KEY_FILE = "sa.key"
@@ -211,11 +211,15 @@ def check_claims(claims: Mapping[str, Any], store: Store, now: float) -> str | N
 
 def authenticator(store: Store, pki_dir: Path,
                   static: Callable[[str], str | None]) -> Callable[[str], str | None]:
-    """`tokens=` for `ApiServer`: static tokens first, then ServiceAccount JWTs."""
+    """`tokens=` for `ApiServer`: static tokens first, then bootstrap tokens, then
+    ServiceAccount JWTs."""
     signer = Signer.load_or_create(pki_dir)
 
     def check(token: str) -> str | None:
         user = static(token)
+        if user is None and bootstrap_tokens.TOKEN.match(token):
+            found = bootstrap_tokens.identity(token, store, time.time())
+            return None if found is None else found.username
         if user is not None or token.count(".") != 2:
             return user
         claims = signer.verify(token)
@@ -366,6 +370,15 @@ class TokenController:
         secret = store.get(SECRETS, namespace, name)
         if secret is None:
             return
+        if secret.get("type") == bootstrap_tokens.SECRET_TYPE:  # kube-controller-manager's tokencleaner
+            cleanup = bootstrap_tokens.plan_cleanup(secret, time.time())
+            if cleanup.delete:
+                log.info("deleting expired bootstrap token %s/%s", namespace, name)
+                self._ignore_gone(lambda: self.ops.delete(self._rt(SECRETS), namespace, name, {},
+                                                          self._opts))
+            elif cleanup.recheck_s is not None:
+                raise RequeueAfter(cleanup.recheck_s)
+            return
         annotations = secret["metadata"].get("annotations") or {}
         sa = store.get(SERVICEACCOUNTS, namespace, str(annotations.get(SA_NAME_ANNOTATION, "")))
         plan = plan_secret(secret, sa, time.time())
@@ -433,7 +446,7 @@ class TokenRequestHandler:
         answer = {
             "kind": "TokenRequest",
             "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": objects.now_rfc3339()},
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": times.now_rfc3339()},
             "spec": spec,
             "status": {"token": token, "expirationTimestamp": expires},
         }

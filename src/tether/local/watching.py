@@ -6,12 +6,11 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from tether.local.errors import expired
 from tether.local.store import Compacted, Event, Store, Watcher, WatchOverflow
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 BOOKMARK_INTERVAL_S = 15.0
 
 

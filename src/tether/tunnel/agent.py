@@ -6,13 +6,23 @@ per server replica (a new TCP connection per attempt, duplicates by serverID clo
 backoff: 1 s, factor 1.5, 10 % jitter, 10 s cap. The server pushes DIAL_REQ; every dial becomes a TCP
 connection to the target with its own reader and writer, so a slow target stalls only itself.
 With a tether server, `tether-window` credits bound what either side buffers per connection.
-On the first SIGTERM the agent sends DRAIN on every stream and stops opening new ones.
+On the first SIGTERM the agent sends DRAIN on every stream and stops opening new ones
+(`drain()`); `drained()` waits until its connections have closed, which the CLI bounds with
+`--drain-timeout`.
+
+Nothing the server sends can end the agent: every DIAL_REQ is validated by the state machine
+before any socket call (and checked against `allowed_destinations`, resolving a name first when
+only a network pattern can allow it, then dialling the checked address); a malformed message is
+counted and skipped; an unexpected error while handling one packet, one target connection or
+one server stream is logged and ends that packet, connection or stream only, and the agent
+reconnects as after any stream loss.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import random
@@ -26,6 +36,7 @@ import grpc
 
 from tether.tunnel import httpserve
 from tether.tunnel import packets as p
+from tether.tunnel.destinations import Pattern, allows
 from tether.tunnel.metrics import AGENT_DIAL_BUCKETS, Registry
 from tether.tunnel.routing import parse_identifiers
 from tether.tunnel.state import (
@@ -46,7 +57,10 @@ log = logging.getLogger("tether.tunnel.agent")
 
 READ_CHUNK = 256 * 1024
 MAX_MESSAGE = 16 * 1024 * 1024
+MAX_WINDOW = 1 << 30
 HANDSHAKE_TIMEOUT_S = 10.0
+DRAIN_TIMEOUT_S = 20.0
+_FAMILIES = {"tcp": socket.AF_UNSPEC, "tcp4": socket.AF_INET, "tcp6": socket.AF_INET6}
 
 
 @dataclass
@@ -68,6 +82,7 @@ class AgentConfig:
     dial_timeout_s: float = 5.0
     window_bytes: int = 1024 * 1024  # offered to the server; 0 = plain ANP, no credits
     token_path: str = ""
+    allowed_destinations: tuple[Pattern, ...] = ()  # empty: every valid destination
 
 
 def go_dial_error(address: str, exc: BaseException) -> str:
@@ -85,11 +100,8 @@ def go_dial_error(address: str, exc: BaseException) -> str:
     return f"dial tcp {address}: {exc}"
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"address {address} missing port")
-    return host.strip("[]"), int(port)
+class NotAllowed(Exception):
+    """No address a name resolved to is on the allow-list."""
 
 
 class Backoff:
@@ -141,7 +153,7 @@ class _ServerStream:
         self.channel = channel
         self.server_id = server_id
         self.window = window
-        self.state = AgentState()
+        self.state = AgentState(agent.config.allowed_destinations)
         self.out: asyncio.Queue[p.Packet | None] = asyncio.Queue()
         self.targets: dict[int, _Target] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
@@ -173,10 +185,20 @@ class _ServerStream:
     async def _reader(self) -> None:
         while True:
             packet = await self.call.read()
+            if isinstance(packet, p.Malformed):
+                self.agent.metrics.inc("malformed_packets_total")
+                log.debug("server %s sent a malformed packet (%d bytes): %s", self.server_id,
+                          packet.size, packet.reason)
+                continue
             if packet is grpc.aio.EOF or not isinstance(packet, p.Packet):
                 return
             self.agent.metrics.packet("from_server", packet.type_name)
-            self._apply(self.state.server_packet(packet))
+            try:
+                self._apply(self.state.server_packet(packet))
+            except Exception:  # one packet's bug must not end the stream, let alone the agent
+                self.agent.metrics.inc("packet_handling_errors_total")
+                log.exception("handling a %s packet from server %s failed", packet.type_name,
+                              self.server_id)
 
     async def _writer(self) -> None:
         while (packet := await self.out.get()) is not None:
@@ -190,15 +212,14 @@ class _ServerStream:
                 assert self._tg is not None
                 target = _Target(self.window)
                 self.targets[action.connect_id] = target
-                self.tasks[action.connect_id] = self._tg.create_task(
-                    self._connection(action.connect_id, action.address, target))
+                self.tasks[action.connect_id] = self._tg.create_task(self._connection(action, target))
             elif isinstance(action, CancelDial):
                 task = self.tasks.get(action.connect_id)
                 if task is not None:
                     task.cancel()
             elif isinstance(action, WriteTarget):
                 target_or_none = self.targets.get(action.connect_id)
-                if target_or_none is not None:
+                if target_or_none is not None and not target_or_none.closing.is_set():
                     if not target_or_none.recv.received(len(action.data)):
                         target_or_none.closing.set()  # the server overran its window
                     if target_or_none.write_now(action.data):
@@ -216,19 +237,53 @@ class _ServerStream:
                     if found.send.can_send():
                         found.credit.set()
 
-    async def _connection(self, connect_id: int, address: str, target: _Target) -> None:
+    async def _open(self, dial: StartDial) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connect to a validated destination; with `check_resolved`, to the first address the
+        name resolves to that the allow-list permits."""
+        dest = dial.destination
+        if dest is None:  # the state machine always sets it; refuse rather than guess
+            raise NotAllowed("no validated destination")
+        family = _FAMILIES.get(dial.protocol, socket.AF_UNSPEC)
+        host = dest.host
+        if dial.check_resolved:
+            loop = asyncio.get_running_loop()
+            infos = await loop.getaddrinfo(dest.host, dest.port, family=family,
+                                           type=socket.SOCK_STREAM)
+            for info in infos:
+                try:
+                    ip = ipaddress.ip_address(str(info[4][0]))
+                except ValueError:
+                    continue
+                if allows(self.agent.config.allowed_destinations, dest, resolved=ip):
+                    host = ip.compressed
+                    break
+            else:
+                raise NotAllowed(f"no address of {dest.host} is allowed")
+        return await asyncio.open_connection(host, dest.port, family=family, limit=READ_CHUNK)
+
+    async def _connection(self, dial: StartDial, target: _Target) -> None:
+        try:
+            await self._serve_connection(dial, target)
+        except Exception:  # this connection only: never the stream's TaskGroup
+            self.agent.metrics.inc("endpoint_errors_total")
+            log.exception("connection %d to %s failed", dial.connect_id, dial.address)
+
+    async def _serve_connection(self, dial: StartDial, target: _Target) -> None:
+        connect_id, address = dial.connect_id, dial.address
         loop = asyncio.get_running_loop()
         started = loop.time()
         writer: asyncio.StreamWriter | None = None
         try:
             try:
-                host, port = split_address(address)
                 async with asyncio.timeout(self.agent.config.dial_timeout_s):
-                    reader, writer = await asyncio.open_connection(host, port, limit=READ_CHUNK)
-            except (OSError, TimeoutError, ValueError) as exc:
+                    reader, writer = await self._open(dial)
+            except Exception as exc:  # every dial failure is a DIAL_RSP error
                 reason = "timeout" if isinstance(exc, TimeoutError) else "error"
                 self.agent.metrics.inc("endpoint_dial_failure_total", (("reason", reason),))
-                error = go_dial_error(address, exc) if not isinstance(exc, ValueError) else str(exc)
+                if isinstance(exc, NotAllowed):
+                    error = f"dial {dial.protocol} {address}: destination not allowed by this agent"
+                else:
+                    error = go_dial_error(address, exc)
                 self._apply(self.state.dial_done(connect_id, error))
                 return
             self.agent.dial_hist.observe(loop.time() - started)
@@ -247,6 +302,9 @@ class _ServerStream:
                         task.cancel()
             except* (ConnectionError, OSError):
                 pass
+            except* Exception:
+                self.agent.metrics.inc("endpoint_errors_total")
+                log.exception("connection %d to %s failed", connect_id, address)
             finally:
                 self.agent.open_endpoints -= 1
         finally:
@@ -341,6 +399,29 @@ class TunnelAgent:
         for stream in self.streams.values():
             stream.send(p.drain())
 
+    async def drained(self, poll_s: float = 0.1) -> None:
+        """Return once no target connection is open and the DRAINs are sent (the servers send
+        no new dials to a draining agent while another one can take them); unbounded: the
+        caller bounds the wait."""
+        while self._busy():  # noqa: ASYNC110 (state owned by many tasks)
+            await asyncio.sleep(poll_s)
+
+    def _busy(self) -> bool:
+        return self.open_endpoints > 0 or any(s.targets or not s.out.empty()
+                                              for s in self.streams.values())
+
+    async def drain_then_stop(self, stop: asyncio.Event, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """SIGTERM: DRAIN, wait for the open connections to end, at most `timeout_s`, then
+        set `stop` (which `run` obeys at once)."""
+        self.drain()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.drained()
+        except TimeoutError:
+            log.info("drain timeout (%.1fs): stopping with %d open connection(s)", timeout_s,
+                     self.open_endpoints)
+        stop.set()
+
     async def _sync(self, tg: asyncio.TaskGroup) -> None:
         while True:
             if self.draining or (len(self.streams) >= self.server_count and not self.config.sync_forever):
@@ -384,7 +465,7 @@ class TunnelAgent:
             metadata.append((p.AUTHORIZATION_KEY, "Bearer " + token))
         try:
             call = channel.stream_stream(p.CONNECT_METHOD, request_serializer=p.encode,
-                                         response_deserializer=p.decode)(metadata=tuple(metadata))
+                                         response_deserializer=p.decode_lenient)(metadata=tuple(metadata))
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 header = await call.initial_metadata()
             values = {k: str(v) for k, v in (header or ())}
@@ -394,6 +475,7 @@ class TunnelAgent:
             server_id = values[p.SERVER_ID_KEY]
             count = int(values.get(p.SERVER_COUNT_KEY, "1"))
             window = int(values.get(p.FLOW_CONTROL_KEY, "0")) if c.window_bytes else 0
+            window = min(max(window, 0), MAX_WINDOW)  # nonsense from a server: no credits
         except (grpc.aio.AioRpcError, ConnectionError, TimeoutError, ValueError) as exc:
             log.info("connecting to %s failed: %s", target, _short(exc))
             await channel.close(grace=None)
@@ -413,6 +495,8 @@ class TunnelAgent:
         async def serve() -> None:
             try:
                 await stream.serve()
+            except Exception:  # one stream's failure: reconnect, as after any stream loss
+                log.exception("stream to server %s failed", server_id)
             finally:
                 self.streams.pop(server_id, None)
                 if not self.streams:

@@ -7,8 +7,10 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 Route = Callable[[str], tuple[int, str, str] | None]  # path+query → (status, content type, body)
-REASONS = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 404: "Not Found",
-           405: "Method Not Allowed", 500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden",
+           404: "Not Found", 405: "Method Not Allowed", 407: "Proxy Authentication Required",
+           500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
+           504: "Gateway Timeout"}
 HEADER_LIMIT = 16 * 1024
 
 

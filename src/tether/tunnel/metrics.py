@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tether.metrics import Histogram
+from tether.net import metrics
+from tether.net.metrics import Histogram, Labels
 
 PREFIX = "konnectivity_network_proxy"
 SERVER_DIAL_BUCKETS = (1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5)
 AGENT_DIAL_BUCKETS = (0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 30.0)
 
-Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass
@@ -36,29 +36,34 @@ class Registry:
         self.inc("stream_packets_total", (("segment", segment), ("packet_type", packet_type)))
 
     def render(self) -> str:
-        lines: list[str] = []
         base = f"{PREFIX}_{self.subsystem}_"
-        for name, series in sorted(self.counters.items()):
-            lines.append(f"# TYPE {base}{name} counter")
-            lines += [f"{base}{name}{_labels(k)} {_num(v)}" for k, v in sorted(series.items())]
-        for name, read in sorted(self.gauges.items()):
-            lines.append(f"# TYPE {base}{name} gauge")
-            lines += [f"{base}{name}{_labels(k)} {_num(v)}" for k, v in sorted(read().items())]
-        for name, h in sorted(self.histograms.items()):
-            lines.append(f"# TYPE {base}{name} histogram")
-            for bound, count in zip(h.buckets, h.counts, strict=True):
-                lines.append(f'{base}{name}_bucket{{le="{bound:g}"}} {count}')
-            lines += [f'{base}{name}_bucket{{le="+Inf"}} {h.n}',
-                      f"{base}{name}_sum {h.total:g}", f"{base}{name}_count {h.n}"]
-        return "\n".join(lines) + "\n"
+        families = [metrics.counter(base + name, _help(name), series)
+                    for name, series in sorted(self.counters.items())]
+        families += [metrics.gauge(base + name, _help(name), read())
+                     for name, read in sorted(self.gauges.items())]
+        families += [metrics.histogram(base + name, _help(name), {(): h})
+                     for name, h in sorted(self.histograms.items())]
+        return metrics.render(families)
 
 
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{v}"' for k, v in labels)
-    return "{" + inner + "}"
+HELP = {
+    "stream_packets_total": "Count of packets processed, by segment and packet type.",
+    "endpoint_dial_failure_total": "Number of failures dialing the remote endpoint, by reason.",
+    "server_connection_failure_count": "Count of failures connecting to the proxy server, by direction.",
+    "dial_duration_seconds": "Latency of dial to the remote endpoint in seconds.",
+    "full_receive_channels_total": "Count of times a receive channel was full.",
+    "open_server_connections": "Current number of open server connections.",
+    "open_endpoint_connections": "Current number of open endpoint connections.",
+    "ready_backend_connections": "Number of konnectivity agent connected to the proxy server.",
+    "pending_backend_dials": "Current number of pending backend dial requests.",
+    "established_connections": "Current number of established end-to-end connections.",
+    "known_server_count": "Number of proxy servers the agent knows of (the serverCount header).",
+    "ready_backends": "Number of ready backends, by proxy strategy.",
+    "grpc_connections": "Number of current gRPC connections, by service method.",
+    "http_connections": "Number of current HTTP CONNECT connections.",
+    "dial_failure_count": "Number of dial failures observed, by reason.",
+}
 
 
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+def _help(name: str) -> str:
+    return HELP.get(name, name.replace("_", " ").capitalize() + ".")

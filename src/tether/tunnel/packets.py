@@ -441,3 +441,20 @@ def decode(buf: bytes) -> Packet:
     elif not isinstance(payload, expected):
         raise DecodeError(f"{known.name} packet carries a {type(payload).__name__} payload")
     return Packet(known, payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """A received message that is not a Packet (`decode_lenient`'s answer instead of raising)."""
+
+    reason: str
+    size: int
+
+
+def decode_lenient(buf: bytes) -> Packet | Malformed:
+    """`decode` for gRPC deserializers: a bad message becomes `Malformed`, so the stream's owner
+    decides what to do with it (grpc would log a traceback and hand over None)."""
+    try:
+        return decode(buf)
+    except DecodeError as exc:
+        return Malformed(str(exc), len(buf))

@@ -28,9 +28,11 @@ from typing import Any
 
 import grpc
 
+from tether.net.metrics import Labels
 from tether.tunnel import httpserve
 from tether.tunnel import packets as p
-from tether.tunnel.metrics import SERVER_DIAL_BUCKETS, Labels, Registry
+from tether.tunnel.connect import ConnectError, ConnectPolicy, parse_head
+from tether.tunnel.metrics import SERVER_DIAL_BUCKETS, Registry
 from tether.tunnel.routing import NO_AGENT, IdentifierError, Router, parse_identifiers
 from tether.tunnel.state import (
     Credit,
@@ -83,6 +85,9 @@ class ServerConfig:
     # "strict": always; "none": ANP's behaviour (any certificate from the CA serves anything).
     agent_identity_binding: str = "auto"
     agent_tokens: dict[str, frozenset[str]] = field(default_factory=dict)  # bearer → names
+    # HTTP-CONNECT listeners: None accepts every well-formed CONNECT (ANP's behaviour); a policy
+    # requires Proxy-Authorization and limits where each credential may go (the hub's listener).
+    connect_policy: ConnectPolicy | None = None
 
 
 class _Frontend:
@@ -230,7 +235,7 @@ class TunnelServer:
         c = self.config
         server = grpc.aio.server(options=self._grpc_options(c.keepalive_time_s, agent=True))
         handler = grpc.stream_stream_rpc_method_handler(
-            self._agent_connect, request_deserializer=p.decode, response_serializer=p.encode)
+            self._agent_connect, request_deserializer=p.decode_lenient, response_serializer=p.encode)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             "AgentService", {"Connect": handler}),))
         self.ports["agent"] = self._add_port(server, c.agent_bind_address, c.agent_port, c.agent_tls)
@@ -241,7 +246,7 @@ class TunnelServer:
         c = self.config
         server = grpc.aio.server(options=self._grpc_options(c.frontend_keepalive_time_s, agent=False))
         handler = grpc.stream_stream_rpc_method_handler(
-            self._proxy, request_deserializer=p.decode, response_serializer=p.encode)
+            self._proxy, request_deserializer=p.decode_lenient, response_serializer=p.encode)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             "ProxyService", {"Proxy": handler}),))
         if c.uds_name:
@@ -392,6 +397,10 @@ class TunnelServer:
     async def _backend_reader(self, backend: _Backend, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         while True:
             packet = await context.read()
+            if isinstance(packet, p.Malformed):  # one bad message: drop it, keep the stream
+                self.metrics.inc("malformed_packets_total", (("from", "agent"),))
+                log.debug("agent %s sent a malformed packet: %s", backend.agent_id, packet.reason)
+                continue
             if packet is grpc.aio.EOF or not isinstance(packet, p.Packet):
                 return
             self.metrics.packet("from_agent", packet.type_name)
@@ -459,6 +468,9 @@ class TunnelServer:
                                     context: grpc.aio.ServicerContext[Any, Any]) -> None:
         while True:
             packet = await context.read()
+            if isinstance(packet, p.Malformed):
+                self.metrics.inc("malformed_packets_total", (("from", "client"),))
+                log.debug("frontend %d sent a malformed packet: %s", frontend, packet.reason)
             if packet is grpc.aio.EOF or not isinstance(packet, p.Packet):
                 fe.out.put_nowait(None)
                 return
@@ -484,6 +496,8 @@ class TunnelServer:
         except (ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError,
                 asyncio.LimitOverrunError):
             pass
+        except Exception:  # a bug must cost this connection only, never the listener
+            log.exception("HTTP-CONNECT connection %d failed", frontend)
         finally:
             self._http_conns -= 1
             self._dispatch(self.state.frontend_closed(frontend))
@@ -494,25 +508,28 @@ class TunnelServer:
                     await writer.wait_closed()
 
     async def _read_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str | None:
+        """The target of a well-formed, permitted CONNECT (routed on it, not on Host:); None
+        after answering anything else."""
         try:
             async with asyncio.timeout(self.config.header_timeout_s):
                 head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError):
-            with contextlib.suppress(ConnectionError, OSError):
+            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                 writer.write(httpserve.response(400, "bad request"))
             return None
-        parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            writer.write(httpserve.response(400, "bad request"))
+        try:
+            request = parse_head(head)
+            if self.config.connect_policy is not None:
+                self.config.connect_policy.decide(request)
+        except ConnectError as refused:
+            self.metrics.inc("http_connect_refused_total", (("code", str(refused.status)),))
+            extra = "".join(f"{k}: {v}\r\n" for k, v in refused.headers)
+            writer.write(httpserve.response(refused.status, refused.reason, extra=extra))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await writer.drain()
             return None
-        method, target = parts[0], parts[1]
-        if method != "CONNECT":
-            writer.write(httpserve.response(405, "this proxy only supports CONNECT passthrough"))
-            return None
-        if not target or "/" in target:  # authority form only; routed on it, not on Host:
-            writer.write(httpserve.response(400, "CONNECT needs an authority-form target"))
-            return None
-        return target
+        return request.target
 
     async def _connect_tunnel(self, frontend: int, fe: _Frontend, target: str,
                               reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -10,7 +10,11 @@ pending dials of a departing agent fail at once, a dial that outlives `dial_time
 DIAL_CLS sent to the agent, and a late DIAL_RSP is answered with CLOSE_REQ so nothing leaks.
 
 Agent (`AgentState`): connectIDs allocated per server stream from 1, dials started and cancelled
-(DIAL_CLS cancels a pending dial, which Go's agent ignores), close handshakes.
+(DIAL_CLS cancels a pending dial, which Go's agent ignores), close handshakes. Every DIAL_REQ is
+validated before a dial starts (`destinations.check_dial`: protocol, host, port 1-65535, address
+family; then the agent's allow-list): a bad one is answered with a DIAL_RSP error, like a failed
+dial, and never reaches a socket call. A DIAL_REQ reusing the `random` of a dial in progress is
+refused the same way. Any packet in any state yields actions or nothing, never an exception.
 
 Flow control (`SendWindow`, `ReceiveWindow`): credits per connection, so a reader that stops
 reading stalls only its own connection.
@@ -21,6 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tether.tunnel import packets as p
+from tether.tunnel.destinations import (
+    Destination,
+    DestinationError,
+    Pattern,
+    allows,
+    check_dial,
+    needs_resolution,
+    printable,
+)
 from tether.tunnel.routing import NO_AGENT, AgentIdentifiers, Router
 
 AGENT_GONE = "agent disconnected"
@@ -28,7 +41,8 @@ DIAL_TIMED_OUT = "timed out waiting for backend dial"
 ALREADY_DIALED = "single-use tunnel already dialed"
 UNKNOWN_CONNECT_ID = "Unknown connectID"
 UNRECOGNIZED_CONNECT_ID = "unrecognized connectID"
-AGENT_PROTOCOLS = ("tcp", "tcp4", "tcp6")
+NOT_ALLOWED = "destination not allowed by this agent"
+DUPLICATE_RANDOM = "duplicate dial random"
 
 
 # -- actions -----------------------------------------------------------------------------------
@@ -310,6 +324,10 @@ class StartDial:
     connect_id: int
     protocol: str
     address: str
+    destination: Destination | None = field(default=None, compare=False)
+    # the allow-list permits this name only through the address it resolves to: dial that
+    # address, after checking it, never the name
+    check_resolved: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +364,8 @@ class _AgentConn:
 class AgentState:
     """One agent↔server stream. connectIDs start at 1 and are consumed even by failed dials."""
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: tuple[Pattern, ...] = ()) -> None:
+        self.allowed = allowed  # empty: any valid destination
         self.next_connect_id = 0
         self.conns: dict[int, _AgentConn] = {}
         self.dialing: dict[int, int] = {}  # random → connectID
@@ -354,14 +373,7 @@ class AgentState:
     def server_packet(self, packet: p.Packet) -> list[AgentAction]:
         payload = packet.payload
         if isinstance(payload, p.DialRequest):
-            self.next_connect_id += 1
-            cid = self.next_connect_id
-            if payload.protocol not in AGENT_PROTOCOLS:
-                error = f"dial {payload.protocol} {payload.address}: unknown network {payload.protocol}"
-                return [Send(p.dial_rsp(payload.random, error=error))]
-            self.conns[cid] = _AgentConn(payload.random)
-            self.dialing[payload.random] = cid
-            return [StartDial(cid, payload.protocol, payload.address)]
+            return self._dial_request(payload)
         if isinstance(payload, p.Data):
             conn = self.conns.get(payload.connect_id)
             if conn is None or conn.phase == "dialing":
@@ -389,6 +401,29 @@ class AgentState:
                 return []
             return [TargetCredit(payload.connect_id, payload.credit)]
         return []
+
+    def _dial_request(self, req: p.DialRequest) -> list[AgentAction]:
+        self.next_connect_id += 1
+        cid = self.next_connect_id
+
+        def refuse(reason: str) -> list[AgentAction]:
+            error = f"dial {printable(req.protocol)} {printable(req.address)}: {reason}"
+            return [Send(p.dial_rsp(req.random, error=error))]
+
+        try:
+            dest = check_dial(req.protocol, req.address)
+        except DestinationError as exc:
+            return refuse(str(exc))
+        if req.random in self.dialing:
+            return refuse(DUPLICATE_RANDOM)
+        resolve = False
+        if self.allowed and not allows(self.allowed, dest):
+            if not needs_resolution(self.allowed, dest):
+                return refuse(NOT_ALLOWED)
+            resolve = True
+        self.conns[cid] = _AgentConn(req.random)
+        self.dialing[req.random] = cid
+        return [StartDial(cid, req.protocol, req.address, dest, resolve)]
 
     def dial_done(self, connect_id: int, error: str = "") -> list[AgentAction]:
         conn = self.conns.get(connect_id)

@@ -1,6 +1,6 @@
 """`pods/exec` and `pods/attach`: the kubelet's streaming subresources, served in-process.
 
-Transports (see /work/shared/research/apiserver.md §5):
+Transports (see docs/api-server-notes.md):
 
 - WebSocket (`GET`, `Upgrade: websocket`, subprotocol `v5.channel.k8s.io` or `v4.channel.k8s.io`):
   kubectl 1.30+ and the Python clients. Binary messages whose first byte is the channel.
@@ -31,22 +31,21 @@ import termios
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from tether.local.errors import ApiError, bad_request
-from tether.local.http import Reply, Request, UpgradeResponse
 from tether.local.kubelet import environment
 from tether.local.kubelet.kubelet import Kubelet
 from tether.local.kubelet.logs import choose_container, log_file
 from tether.local.kubelet.runtime import Attachment, parse_log_line, stop_process
 from tether.local.resources import ResourceType
 from tether.local.store import Store
-from tether.local.streams import spdy
-from tether.local.streams import websocket as ws
+from tether.net import spdy
+from tether.net import websocket as ws
+from tether.net.httpserver import Reply, Request, UpgradeResponse
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 WS_PROTOCOLS = (ws.CHANNEL_V5, ws.CHANNEL_V4)
 # Over SPDY v4 is enough: kubectl offers v5..v1 and v5 only adds the stdin-close message that

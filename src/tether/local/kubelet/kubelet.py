@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.engine import Engine
-from tether.local import events, objects
+from tether.local import events
 from tether.local.errors import ApiError
 from tether.local.kubelet import environment, images, probes
 from tether.local.kubelet.runtime import CTTY_SHIM, Attachment, LogWriter, run_process
@@ -26,13 +26,13 @@ from tether.local.netns import HostFabric, NetnsError
 from tether.local.operations import WriteOptions
 from tether.local.resources import ResourceType
 from tether.local.store import Event, follow
+from tether.objects import Obj, times
 
 if TYPE_CHECKING:
     from tether.local.cluster import LocalCluster
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 PodKey = tuple[str, str]
 PODS = "/pods"
 MANAGER = "kubelet"
@@ -104,7 +104,7 @@ class PodWorker:
         spec = pod.get("spec") or {}
         self.update(lambda s: replace(
             s,
-            start_time=objects.now_rfc3339(),
+            start_time=times.now_rfc3339(),
             init=tuple(ContainerState(c["name"], c.get("image", ""), init=True, reason="PodInitializing")
                        for c in spec.get("initContainers") or []),
             containers=tuple(ContainerState(c["name"], c.get("image", "")) for c in spec.get("containers") or []),
@@ -155,7 +155,7 @@ class PodWorker:
             pod = self.pod()
             if pod is None:
                 return
-            status = pod_status(pod, self.state, objects.now_rfc3339())
+            status = pod_status(pod, self.state, times.now_rfc3339())
             if status != pod.get("status"):
                 self.kubelet.write_status(pod, status)
 
@@ -245,7 +245,7 @@ class PodWorker:
                 logfile.write("stderr", b"container killed: liveness probe failed")
             finally:
                 self.kubelet.attachments.pop((self.uid, name), None)
-            at = objects.now_rfc3339()
+            at = times.now_rfc3339()
             self.set_container(name, lambda c: c.terminated(code, at), init=init)
             return code
         finally:
@@ -262,7 +262,7 @@ class PodWorker:
     async def _when_started(self, started: asyncio.Event, pod: Obj, container: Obj, env: dict[str, str], *,
                             init: bool) -> None:
         await started.wait()
-        at = objects.now_rfc3339()
+        at = times.now_rfc3339()
         name = container["name"]
         self.set_container(name, lambda c: c.running(at), init=init)
         if init:
@@ -270,7 +270,7 @@ class PodWorker:
         await self._probe(pod, container, env, real=True)
 
     async def _run_virtual(self, pod: Obj, container: Obj, *, init: bool) -> int:
-        at = objects.now_rfc3339()
+        at = times.now_rfc3339()
         name = container["name"]
         self.set_container(name, lambda c: c.running(at), init=init)
         owners = pod["metadata"].get("ownerReferences") or []
@@ -486,7 +486,7 @@ class Kubelet:
             self.ops.update(self._rt("pods"), meta.get("namespace", ""), meta["name"], updated,
                             WriteOptions(manager=MANAGER), subresource="status")
         except ApiError as exc:
-            if exc.code != 404:
+            if not exc.not_found:
                 log.warning("status of pod %s/%s not written: %s", meta.get("namespace"), meta["name"], exc)
 
     def _delete_now(self, pod: Obj) -> None:

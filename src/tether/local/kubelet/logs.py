@@ -7,15 +7,14 @@ import datetime as dt
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tether.local.errors import ApiError, bad_request
-from tether.local.http import Reply, Request, Response, StreamResponse
 from tether.local.kubelet.runtime import parse_log_line
 from tether.local.resources import ResourceType
 from tether.local.store import Store
+from tether.net.httpserver import Reply, Request, Response, StreamResponse
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 FOLLOW_POLL_S = 0.2
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 

@@ -21,19 +21,19 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from tether.local.errors import ApiError, bad_request
-from tether.local.http import Reply, Request, UpgradeResponse
 from tether.local.kubelet.exec import CONNECTION_ERRORS, Wire
 from tether.local.resources import ResourceType
 from tether.local.store import Store
-from tether.local.streams import spdy
-from tether.local.streams import websocket as ws
+from tether.net import spdy
+from tether.net import websocket as ws
+from tether.net.httpserver import Reply, Request, UpgradeResponse
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 

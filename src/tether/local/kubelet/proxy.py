@@ -23,13 +23,11 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from tether.local.errors import ApiError, bad_request
-from tether.local.http import Reply, Request, Response, StreamResponse, UpgradeResponse
 from tether.local.kubelet.exec import CONNECTION_ERRORS
 from tether.local.netns import HostFabric
 from tether.local.resources import ResourceType
 from tether.local.store import Store
-
-Obj = dict[str, Any]
+from tether.net.httpserver import Reply, Request, Response, StreamResponse, UpgradeResponse
 
 DIAL_TIMEOUT_S = 5.0
 RESPONSE_TIMEOUT_S = 30.0  # until the backend's status line and headers have arrived

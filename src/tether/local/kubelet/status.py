@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-Obj = dict[str, Any]
+from tether.objects import Obj
+
 State = Literal["waiting", "running", "terminated"]
 
 

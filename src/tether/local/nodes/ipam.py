@@ -38,16 +38,15 @@ from ipaddress import IPv4Address, IPv4Network
 from typing import TYPE_CHECKING, Any
 
 from tether.local import events
-from tether.local.nodes import calico_selector
 from tether.local.operations import Operations
 from tether.local.store import Store
+from tether.objects import Obj, calico_selector
 
 if TYPE_CHECKING:
     from tether.local.cluster import LocalCluster
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 IPPOOLS = "projectcalico.org/ippools"
 PODS = "/pods"
 NODES = "/nodes"

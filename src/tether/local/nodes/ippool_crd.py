@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from typing import Any
 
 from tether.local.errors import ApiError, Cause, invalid
-from tether.local.nodes import calico_selector
 from tether.local.nodes.ipam import IPPOOLS, pool_from_object
 from tether.local.operations import Operations, WriteOptions
 from tether.local.resources import ResourceType
+from tether.objects import Obj, calico_selector
 
-Obj = dict[str, Any]
 CRD_NAME = "ippools.projectcalico.org"
 MANAGER = "tether-node-manager"
 _MODES = ["Never", "Always", "CrossSubnet"]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from tether.engine import Engine, RequeueAfter
-from tether.local import events, objects
+from tether.local import events
 from tether.local.errors import ApiError
 from tether.local.network import MAX_NODES, ClusterNetwork, NetworkError
 from tether.local.nodes import shape
@@ -26,6 +26,7 @@ from tether.local.nodes.ipam import NODES, node_cidrs
 from tether.local.operations import Operations, WriteOptions
 from tether.local.resources import ResourceType
 from tether.local.store import Watcher, WatchOverflow
+from tether.objects import Obj, times
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ CONFLICT_RETRY_S = 0.05
 class NodeManager:
     def __init__(self, ops: Operations, network: ClusterNetwork, cluster: str, count: int, *,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], str] = objects.now_rfc3339) -> None:
+                 wall: Callable[[], str] = times.now_rfc3339) -> None:
         self.ops = ops
         self.network = network
         self.cluster = cluster
@@ -104,7 +105,7 @@ class NodeManager:
 
     # one node ----------------------------------------------------------------------------
 
-    def _slot(self, name: str, node: objects.Obj | None) -> int | None:
+    def _slot(self, name: str, node: Obj | None) -> int | None:
         """The address slot (node index) of a node: configured ones by name; one a user added
         keeps the slot its podCIDR names, else gets the first free one (as node-IPAM would)."""
         if name in self.configured:
@@ -123,7 +124,7 @@ class NodeManager:
             self._index[name] = slot
         return slot
 
-    def _seed(self, name: str, node: objects.Obj | None) -> shape.NodeSeed | None:
+    def _seed(self, name: str, node: Obj | None) -> shape.NodeSeed | None:
         slot = self._slot(name, node)
         if slot is None:
             return None
@@ -176,11 +177,11 @@ class NodeManager:
             self._renew_lease(node)
             self._renewed[name] = tick
 
-    def _renew_lease(self, node: objects.Obj) -> None:
+    def _renew_lease(self, node: Obj) -> None:
         leases = self._rt("coordination.k8s.io", "v1", "leases")
         name = node["metadata"]["name"]
         current = self.ops.find(leases, shape.LEASE_NAMESPACE, name)
-        lease = shape.lease(node, objects.now_micro(), current)
+        lease = shape.lease(node, times.now_micro(), current)
         try:
             if current is None:
                 self.ops.create(leases, shape.LEASE_NAMESPACE, lease, self._opts())

@@ -13,22 +13,21 @@ import copy
 import json
 import logging
 from collections import Counter
-from typing import Any
 
 from tether.engine import Engine
-from tether.local import events, objects
+from tether.local import events
 from tether.local.api import SubresourceHandler
 from tether.local.errors import ApiError, bad_request, conflict, method_not_allowed
-from tether.local.http import Reply, Request, Response
 from tether.local.nodes.ipam import NODES, PODS, TERMINAL_PHASES
 from tether.local.nodes.scheduling import choose_node
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
 from tether.local.store import Event, Watcher, WatchOverflow
+from tether.net.httpserver import Reply, Request, Response
+from tether.objects import Obj, times
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
 SCHEDULER = "default-scheduler"
 COMPONENT = "default-scheduler"
@@ -77,7 +76,7 @@ def bind(ops: Operations, namespace: str, name: str, node: str, *, uid: str = ""
     if assigned:
         raise conflict(rt.plural, name, detail=f'pod {name} is already assigned to node "{assigned}"')
     condition = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                 "lastTransitionTime": objects.now_rfc3339()}
+                 "lastTransitionTime": times.now_rfc3339()}
     updated = _with_condition(current, condition)
     updated["spec"]["nodeName"] = node
     # Binding is its own registry path upstream: no validation of the pod, one atomic write.
@@ -209,7 +208,7 @@ class Scheduler:
         if old is not None and old.get("status") == "False" and old.get("message") == message:
             return  # already said; do not repeat the write or the Event
         condition = {"type": "PodScheduled", "status": "False", "lastProbeTime": None,
-                     "lastTransitionTime": objects.now_rfc3339(), "reason": "Unschedulable", "message": message}
+                     "lastTransitionTime": times.now_rfc3339(), "reason": "Unschedulable", "message": message}
         updated = _with_condition(pod, condition)
         opts = WriteOptions(manager=SCHEDULER, user="system:kube-scheduler")
         try:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-Obj = dict[str, Any]
+from tether.objects.selectors import matches_node_selector_term
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 AFFINITY = "node(s) didn't match Pod's node affinity/selector"
@@ -63,44 +63,6 @@ def _untolerated(taints: Sequence[Mapping[str, Any]], tolerations: Sequence[Mapp
     return [t for t in taints if t.get("effect") in effects and not any(tolerates(tol, t) for tol in tolerations)]
 
 
-def _expression_matches(expr: Mapping[str, Any], value: str | None) -> bool:
-    op = expr.get("operator")
-    values = [str(v) for v in expr.get("values") or []]
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            have, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > bound if op == "Gt" else have < bound
-    return False
-
-
-def term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """One NodeSelectorTerm: all its expressions and fields hold; an empty term matches nothing."""
-    meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    for expr in expressions:
-        if not _expression_matches(expr, labels.get(expr.get("key", ""))):
-            return False
-    for expr in fields:
-        value = meta.get("name") if expr.get("key") == "metadata.name" else None
-        if not _expression_matches(expr, value):
-            return False
-    return True
-
-
 def _node_affinity(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
 
@@ -113,7 +75,7 @@ def matches_selector_and_affinity(pod: Mapping[str, Any], node: Mapping[str, Any
     required = _node_affinity(pod).get("requiredDuringSchedulingIgnoredDuringExecution")
     if required is None:
         return True
-    return any(term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
+    return any(matches_node_selector_term(t, node) for t in required.get("nodeSelectorTerms") or [])
 
 
 def _taint_text(taint: Mapping[str, Any]) -> str:
@@ -141,7 +103,7 @@ def filter_node(pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: i
 
 def _preference(pod: Mapping[str, Any], node: Mapping[str, Any]) -> int:
     preferred = _node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or []
-    return sum(int(p.get("weight", 0)) for p in preferred if term_matches(p.get("preference") or {}, node))
+    return sum(int(p.get("weight", 0)) for p in preferred if matches_node_selector_term(p.get("preference") or {}, node))
 
 
 def choose_node(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-Obj = dict[str, Any]
+from tether.objects import Obj
 
 KUBELET_VERSION = "v1.37.0"
 KUBELET_PORT = 10250

@@ -10,7 +10,6 @@ record_update                managedFields bookkeeping for every other write
 
 from tether.local.patching.errors import ApplyConflictError, FieldConflict, PatchError
 from tether.local.patching.fieldsets import FieldPath, FieldSet
-from tether.local.patching.jsonpatch import apply_json_patch
 from tether.local.patching.managedfields import (
     fieldset_of,
     from_fields_v1,
@@ -24,6 +23,7 @@ from tether.local.patching.strategic import (
     apply_strategic_merge_patch,
     merge_schema_for,
 )
+from tether.objects.jsonpatch import apply_json_patch
 
 __all__ = [
     "ApplyConflictError",

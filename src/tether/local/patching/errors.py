@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tether.objects.jsonpatch import PatchError
 
-class PatchError(Exception):
-    """A bad or unappliable patch; the message is written for the end user."""
+__all__ = ["ApplyConflictError", "FieldConflict", "PatchError"]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.local.patching.errors import PatchError
-from tether.local.patching.jsonpatch import json_equal
 from tether.local.patching.schema import UNTYPED, MergeSchema
+from tether.objects.jsonpatch import json_equal
 
 FieldPath = tuple[str, ...]
 FieldSet = frozenset[FieldPath]

@@ -2,7 +2,7 @@
 
 This is the part of the OpenAPI `x-kubernetes-patch-*` / `x-kubernetes-list-*` extensions that
 strategic merge patch and server-side apply need. Only the paths that matter in practice are
-listed (apiserver.md 4.3); anything else is a plain map or an atomic list, which is also what
+listed (docs/api-server-notes.md, strategic merge patch); anything else is a plain map or an atomic list, which is also what
 the real server does for unlisted lists.
 """
 

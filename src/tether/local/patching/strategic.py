@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from tether.local.patching.errors import PatchError
-from tether.local.patching.jsonpatch import json_equal
 from tether.local.patching.schema import MergeSchema, merge_schema_for
+from tether.objects.jsonpatch import json_equal
 
 __all__ = ["MergeSchema", "apply_strategic_merge_patch", "merge_schema_for"]
 

@@ -18,8 +18,8 @@ from tether.local.errors import Cause, invalid
 from tether.local.network import ClusterNetwork
 from tether.local.resources import ResourceType
 from tether.local.store import Store
+from tether.objects import Obj
 
-Obj = dict[str, Any]
 SvcKey = tuple[str, str]  # (namespace, name)
 SERVICES = "/services"
 NODE_PORT_MIN = 30000

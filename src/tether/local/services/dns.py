@@ -37,18 +37,18 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tether.local.netns import HostFabric
 from tether.local.network import ClusterNetwork
-from tether.local.services import dnswire as w
 from tether.local.services.allocation import SERVICES
 from tether.local.services.endpoints import SERVICE_NAME_LABEL, SLICES
 from tether.local.services.watch import start_signals
 from tether.local.store import Store
+from tether.net import dnswire as w
+from tether.objects import Obj
 
 if TYPE_CHECKING:
     from tether.local.cluster import LocalCluster
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 DOMAIN = "cluster.local"
 TTL = 5
 PRIVILEGED_PORT = 53

@@ -19,10 +19,10 @@ from tether.engine import Engine
 from tether.local.errors import ApiError
 from tether.local.operations import Operations, WriteOptions
 from tether.local.store import Event, WatchOverflow
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 SvcKey = tuple[str, str]
 SERVICES = "/services"
 PODS = "/pods"
@@ -476,5 +476,5 @@ class EndpointsController:
         try:
             self.ops.delete(rt, namespace, name, {}, opts)
         except ApiError as exc:
-            if exc.code != 404:
+            if not exc.not_found:
                 raise

@@ -19,7 +19,6 @@ import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from tether.local.netns import HostFabric
 from tether.local.network import ClusterNetwork
@@ -27,10 +26,10 @@ from tether.local.services.allocation import SERVICES, needs_cluster_ip, needs_n
 from tether.local.services.endpoints import SERVICE_NAME_LABEL, SLICES
 from tether.local.services.watch import start_signals
 from tether.local.store import Store
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 SvcKey = tuple[str, str]
 Address = tuple[str, int]
 DEFAULT_AFFINITY_TIMEOUT_S = 10800.0

@@ -20,10 +20,10 @@ from tether.local.operations import Operations, WriteOptions
 from tether.local.services.allocation import SERVICES, ServiceAllocator
 from tether.local.services.endpoints import ENDPOINTS, SERVICE_NAME_LABEL, SLICES
 from tether.local.store import WatchOverflow
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 MANAGER = "kube-apiserver"
 API_PORT_NAME = "https"
 

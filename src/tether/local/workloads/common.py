@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tether.local.selectors import SelectorError, label_selector_from_dict
+from tether.objects import Obj
+from tether.objects.selectors import SelectorError, label_selector_from_dict
+from tether.objects.times import parse_time
 
-Obj = dict[str, Any]
 NsName = tuple[str, str]  # (namespace, name) of an owner: the key every workload engine uses
 
 GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -36,18 +37,6 @@ class Note:
 # time ----------------------------------------------------------------------------------------
 
 
-def parse_time(text: Any) -> dt.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
-def rfc3339(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # pods ----------------------------------------------------------------------------------------

@@ -16,14 +16,12 @@ from tether.local.workloads.common import (
     REVISION_HASH_LABEL,
     Note,
     NsName,
-    Obj,
     available,
     claim,
     finished,
     int_field,
     meta,
     next_available,
-    parse_time,
     pod_from_template,
     ready,
     scaled,
@@ -32,6 +30,8 @@ from tether.local.workloads.common import (
 )
 from tether.local.workloads.placement import fits, target_node
 from tether.local.workloads.runtime import NODES, PODS, Controller
+from tether.objects import Obj
+from tether.objects.times import parse_time
 
 RESOURCE = "apps/daemonsets"
 GENERATION_LABEL = "pod-template-generation"

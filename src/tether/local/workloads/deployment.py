@@ -17,12 +17,10 @@ from tether.local.workloads.common import (
     TEMPLATE_HASH_LABEL,
     Note,
     NsName,
-    Obj,
     claim,
     int_field,
     meta,
     owner_ref,
-    rfc3339,
     scaled,
     set_condition,
     template_hash,
@@ -30,6 +28,8 @@ from tether.local.workloads.common import (
     without_label,
 )
 from tether.local.workloads.runtime import Controller
+from tether.objects import Obj
+from tether.objects.times import rfc3339
 
 RESOURCE = "apps/deployments"
 REPLICASETS = "apps/replicasets"

@@ -16,21 +16,20 @@ from typing import Any
 from tether.local.workloads.common import (
     Note,
     NsName,
-    Obj,
     active,
     condition,
     controlled_by,
     int_field,
     meta,
-    parse_time,
     phase,
     pod_from_template,
     ready,
-    rfc3339,
     set_condition,
 )
 from tether.local.workloads.replicaset import deletion_order
 from tether.local.workloads.runtime import PODS, Controller
+from tether.objects import Obj
+from tether.objects.times import parse_time, rfc3339
 
 RESOURCE = "batch/jobs"
 COMPLETIONS_REACHED = ("CompletionsReached", "Reached expected number of succeeded pods")

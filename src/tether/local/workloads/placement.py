@@ -6,52 +6,16 @@ any scheduler sees it); these are the same rules the scheduler's filters apply.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from tether.local.workloads.common import Obj, meta
+from tether.local.workloads.common import (
+    meta,
+)
+from tether.objects import Obj
+from tether.objects.selectors import matches_node_selector_term
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
-
-
-def _requirement_matches(req: Any, values_of: Mapping[str, str]) -> bool:
-    if not isinstance(req, dict):
-        return False
-    key = str(req.get("key", ""))
-    operator = req.get("operator")
-    values = [str(v) for v in req.get("values") or []]
-    present = key in values_of
-    value = values_of.get(key, "")
-    if operator == "In":
-        return present and value in values
-    if operator == "NotIn":
-        return not present or value not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > bound if operator == "Gt" else have < bound
-    return False
-
-
-def term_matches(term: Any, node: Obj) -> bool:
-    """One NodeSelectorTerm: all its expressions (labels) and fields (metadata.name) hold.
-    A term with no requirements matches nothing, as upstream."""
-    if not isinstance(term, dict):
-        return False
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    labels = {str(k): str(v) for k, v in (meta(node).get("labels") or {}).items()}
-    node_fields = {"metadata.name": str(meta(node).get("name", ""))}
-    return (all(_requirement_matches(r, labels) for r in expressions)
-            and all(_requirement_matches(r, node_fields) for r in fields))
 
 
 def required_terms(pod_spec: Obj) -> list[Any] | None:
@@ -71,7 +35,7 @@ def selects_node(pod_spec: Obj, node: Obj) -> bool:
     if pod_spec.get("nodeName") and pod_spec["nodeName"] != meta(node).get("name"):
         return False
     terms = required_terms(pod_spec)
-    return terms is None or any(term_matches(t, node) for t in terms)
+    return terms is None or any(matches_node_selector_term(t, node) for t in terms)
 
 
 def tolerates(tolerations: Iterable[Any], taint: Obj) -> bool:

@@ -10,20 +10,20 @@ from dataclasses import dataclass, field
 from tether.local.workloads.common import (
     Note,
     NsName,
-    Obj,
     active,
     available,
     claim,
     int_field,
     meta,
     next_available,
-    parse_time,
     phase,
     pod_from_template,
     ready,
     ready_since,
 )
 from tether.local.workloads.runtime import PODS, Controller
+from tether.objects import Obj
+from tether.objects.times import parse_time
 
 RESOURCE = "apps/replicasets"
 PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}

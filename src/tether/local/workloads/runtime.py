@@ -27,12 +27,12 @@ from tether.local.store import Event, follow
 from tether.local.workloads.common import (
     Note,
     NsName,
-    Obj,
     controller_of,
     meta,
     owner_ref,
     selector_matches,
 )
+from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from tether.local.workloads.common import (
     REVISION_HASH_LABEL,
     Note,
     NsName,
-    Obj,
     available,
     claim,
     finished,
@@ -31,6 +30,7 @@ from tether.local.workloads.common import (
     terminating,
 )
 from tether.local.workloads.runtime import PODS, Controller
+from tether.objects import Obj
 
 RESOURCE = "apps/statefulsets"
 CLAIMS = "/persistentvolumeclaims"

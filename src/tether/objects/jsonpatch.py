@@ -1,7 +1,13 @@
-"""JSON Patch (RFC 6902) for `application/json-patch+json` requests.
+"""JSON Pointer (RFC 6901) and JSON Patch (RFC 6902): the one implementation in tether.
 
-Operations apply in order to a deep copy; the first failing operation aborts the whole patch,
-so the caller's document is never half-patched.
+- `apply_json_patch(doc, ops)`: a whole `application/json-patch+json` patch. Operations apply in
+  order to a deep copy; the first failing operation aborts the whole patch, so the caller's
+  document is never half-patched.
+- `get(doc, path)`, `apply_operation(doc, op, path, value)`, `escape(token)`: single pointer
+  operations, for the federation's overrides (KubeFed `clusterOverrides`, Karmada overriders).
+
+Strict as evanphx/json-patch: `replace` and `remove` need an existing target, `add` an existing
+parent. Every failure is a `PatchError` whose message is written for the end user.
 """
 
 from __future__ import annotations
@@ -10,7 +16,15 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from tether.local.patching.errors import PatchError
+
+class PatchError(Exception):
+    """A bad or unappliable patch; `path` is the pointer involved, when there is one."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
 
 _Op = Callable[[Any, dict[str, Any], int], Any]
 
@@ -52,8 +66,44 @@ def parse_pointer(pointer: Any) -> list[str]:
         return []
     if not pointer.startswith("/"):
         raise PatchError(f'path "{pointer}" must start with "/"')
+    tokens = pointer[1:].split("/")
+    for token in tokens:
+        if "~" in token.replace("~0", "").replace("~1", ""):
+            raise PatchError(f'path "{pointer}": invalid escape in reference token "{token}"', pointer)
     # ~1 must be decoded before ~0, else "~01" would wrongly become "/".
-    return [token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/")]
+    return [token.replace("~1", "/").replace("~0", "~") for token in tokens]
+
+
+def escape(token: str) -> str:
+    """One reference token, escaped for use in a pointer (`~` -> `~0`, `/` -> `~1`)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def get(doc: Any, path: str) -> Any:
+    """The value at `path`; PatchError when it does not exist."""
+    try:
+        return _resolve(doc, parse_pointer(path), path)
+    except PatchError as err:
+        raise PatchError(err.message, path) from None
+
+
+SINGLE_OPERATIONS = ("add", "remove", "replace")
+
+
+def apply_operation(doc: Any, op: str, path: str, value: Any = None) -> Any:
+    """Apply one add/remove/replace to `doc` in place (containers are mutated) and return the
+    document, which is a new value only when `path` is "" (the whole document)."""
+    try:
+        if op == "add":
+            return _add(doc, path, value)
+        if op == "remove":
+            return _remove(doc, path)[0]
+        if op == "replace":
+            _resolve(doc, parse_pointer(path), path)  # the target must exist
+            return _add(_remove(doc, path)[0], path, value) if path else value
+    except PatchError as err:
+        raise PatchError(err.message, path) from None
+    raise PatchError(f"unsupported operation {op!r} (want add, remove or replace)", path)
 
 
 def _string(operation: dict[str, Any], member: str, index: int) -> str:

@@ -446,6 +446,66 @@ def label_selector_to_string(sel: LabelSelector | Mapping[str, Any] | None) -> s
 
 
 # ---------------------------------------------------------------------------------------------
+# Structured selectors matched directly (no parse step): label selectors as objects carry them,
+# and the node selector terms of affinity. Lenient where the API already validated: an
+# expression with an unknown operator matches nothing, as Kubernetes and Karmada treat a
+# selector that fails to convert.
+
+
+def matches_requirement(requirement: Any, labels: Mapping[str, str]) -> bool:
+    """One `{key, operator, values}` requirement, label- or node-selector form (`Gt`/`Lt`
+    compare integers). A missing key matches `NotIn` and `DoesNotExist`."""
+    if not isinstance(requirement, Mapping):
+        return False
+    key = str(requirement.get("key", ""))
+    op = requirement.get("operator")
+    values = [str(v) for v in requirement.get("values") or []]
+    present = key in labels
+    if op == "In":
+        return present and str(labels[key]) in values
+    if op == "NotIn":
+        return not present or str(labels[key]) not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            have, bound = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def matches_label_selector(selector: Any, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector as an object carries it: `matchLabels` and `matchExpressions`
+    ANDed; `{}` matches everything (a missing selector means different things per API, so
+    callers decide about None)."""
+    sel = selector if isinstance(selector, Mapping) else {}
+    for key, value in (sel.get("matchLabels") or {}).items():
+        if labels.get(str(key)) != str(value):
+            return False
+    return all(matches_requirement(expr, labels) for expr in sel.get("matchExpressions") or [])
+
+
+def matches_node_selector_term(term: Any, node: Mapping[str, Any]) -> bool:
+    """One NodeSelectorTerm: every label expression and field (`metadata.name`) holds. A term
+    with no requirements matches nothing, as upstream."""
+    if not isinstance(term, Mapping):
+        return False
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    meta = node.get("metadata") or {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    node_fields = {"metadata.name": str(meta.get("name", ""))}
+    return (all(matches_requirement(r, labels) for r in expressions)
+            and all(matches_requirement(r, node_fields) for r in fields))
+
+
+# ---------------------------------------------------------------------------------------------
 # Field selectors
 
 

@@ -2,8 +2,9 @@
 
 One TaskGroup, three parts:
 - **status**: every `period_s` (10 s) probe the member (`health.probe`: `/readyz`, `/healthz`),
-  renew the Lease `tether-system/<cluster>` on the hub (the hub's health controller turns the
-  Cluster Unknown when it goes stale) and write the Cluster's status: Ready condition,
+  renew the Lease `tether-system/<cluster>` on the hub (the registry controller creates it; the
+  agent may only renew its own; the hub's health controller turns the Cluster Unknown when it
+  and the status heartbeat go stale) and write the Cluster's status: Ready condition,
   `lastHeartbeatTime`, kubernetesVersion, nodeSummary, resourceSummary, apiEnablements
   (`health.collect_status`);
 - **works**: the push executor (`execution.WorkExecutor`) restricted to this cluster, watching
@@ -17,7 +18,6 @@ One TaskGroup, three parts:
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,18 +34,18 @@ from tether.federation.health import (
     find_condition,
     observed_condition,
     probe,
-    rfc3339,
     with_condition,
 )
 from tether.federation.metrics import HubMetrics
 from tether.federation.propagation import HubInformers
-from tether.kube import Informer, KubeClient, KubeError
+from tether.kube import Informer, KubeClient, KubeError, NotFound
+from tether.objects import Obj
+from tether.objects.times import micro_time, rfc3339
 from tether.tunnel.agent import AgentConfig, TunnelAgent
 from tether.tunnel.tls import ClientTLS
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 FIELD_MANAGER = "tether-agent"
 LEASE_API = "coordination.k8s.io/v1"
 
@@ -62,10 +62,6 @@ class AgentSettings:
     tunnel_server_name: str = ""
     token_path: str = ""  # file holding the agent's hub token (the tunnel's bearer)
     tunnel_insecure: bool = False  # plain TCP to the tunnel (tests only)
-
-
-def micro_time(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def member_host(server: str) -> str:
@@ -139,7 +135,10 @@ class PullAgent:
         s = self.settings
         result = await probe(self.member, s.probe_timeout_s)
         now = self.clock()
-        await self._renew_lease(now)
+        try:
+            await self._renew_lease(now)
+        except KubeError as exc:  # the status below still carries the heartbeat
+            log.warning("cluster %s: cannot renew the Lease on the hub: %s", s.cluster, exc)
         cluster = await self.hub.get(CLUSTER_API_VERSION, "Cluster", s.cluster, timeout_s=s.probe_timeout_s)
         status: Obj = dict(cluster.get("status") or {})
         if result.healthy:
@@ -167,9 +166,7 @@ class PullAgent:
             await self.hub.patch(LEASE_API, "Lease", s.cluster, {"spec": spec},
                                  namespace=HUB_NAMESPACE, field_manager=FIELD_MANAGER,
                                  timeout_s=s.probe_timeout_s)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             await self.hub.create({"apiVersion": LEASE_API, "kind": "Lease",
                                    "metadata": {"name": s.cluster, "namespace": HUB_NAMESPACE},
                                    "spec": spec}, field_manager=FIELD_MANAGER)

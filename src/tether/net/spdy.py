@@ -3,7 +3,7 @@
 kubectl reaches port-forward over SPDY/3.1, either after `Upgrade: SPDY/3.1` on a plain HTTP
 connection or tunnelled as a byte stream inside WebSocket binary messages (subprotocol
 `SPDY/3.1+portforward.k8s.io`); both feed the same `SpdySession`. See
-/work/shared/research/apiserver.md §5.
+docs/api-server-notes.md (streaming subresources).
 
 The session turns bytes into events and calls into bytes. Frames the session must send by itself
 (RST_STREAM for a misbehaving stream, GOAWAY on a fatal error) wait in `data_to_send()`. Flow

@@ -3,6 +3,11 @@
 Only what a cluster DNS server needs: parse a query (header, questions, an OPT record among the
 additional ones), build a response with A, AAAA, CNAME, SOA, SRV and OPT records, compress owner
 names and the names inside CNAME and SOA, and truncate for UDP.
+
+Hand-written on purpose: answering is the DNS server's hot path, and dnspython (tried as the
+replacement) parsed a query and encoded its answer 7.2x slower than this codec (728 vs 101 us
+per query+answer, same machine and run, 2026-12-01), far beyond the 10 % a library may cost on a
+hot path. The tests check this codec against dnspython in both directions.
 """
 
 from __future__ import annotations

@@ -1,0 +1,67 @@
+"""The hub tunnel's proxy tokens and which Clusters they are for (pure parts of app/hub_tunnel)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from tether.app.hub_tunnel import api_destination, load_or_create_key, proxy_token, uses_listener
+from tether.federation.health import member_credentials, proxy_headers
+from tether.tunnel.destinations import parse_destination
+
+
+def test_key_is_created_private_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "tunnel" / "proxy-token.key"
+    key = load_or_create_key(path)
+    assert len(key) == 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_or_create_key(path) == key
+    path.write_text("not hex")
+    assert load_or_create_key(path) != key  # unreadable: a new one
+
+
+def test_tokens_differ_per_cluster_and_key() -> None:
+    a, b = b"a" * 32, b"b" * 32
+    assert proxy_token(a, "c1") == proxy_token(a, "c1")
+    assert len({proxy_token(a, "c1"), proxy_token(a, "c2"), proxy_token(b, "c1")}) == 3
+
+
+@pytest.mark.parametrize(("endpoint", "expected"), [
+    ("https://127.0.0.1:6443", "127.0.0.1:6443"),
+    ("https://Member.Example", "member.example:443"),
+    ("http://10.0.0.1", "10.0.0.1:80"),
+    ("https://[::1]:8443/base", "[::1]:8443"),
+    ("https://127.0.0.1:99999", None),
+    ("ftp://x", None),
+    ("", None),
+])
+def test_api_destination(endpoint: str, expected: str | None) -> None:
+    found = api_destination(endpoint)
+    assert found == (parse_destination(expected) if expected else None)
+
+
+@pytest.mark.parametrize(("proxy_url", "uses"), [
+    ("http://127.0.0.1:8088", True), ("http://127.0.0.1:8089", False),
+    ("http://localhost:8088", False), ("https://127.0.0.1:8088", False), ("", False),
+    ("http://127.0.0.1:notaport", False),
+])
+def test_uses_listener(proxy_url: str, uses: bool) -> None:
+    assert uses_listener({"spec": {"proxyURL": proxy_url}}, 8088) is uses
+
+
+def test_secret_proxy_headers_reach_the_member_credentials() -> None:
+    import base64
+
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    secret = {"data": {"token": b64("t"), "proxyHeader.Proxy-Authorization": b64("Bearer x"),
+                       "proxyHeader.": b64("ignored"), "proxyHeader.Bad": b64("a\r\nb"),
+                       "other": b64("y")}}
+    spec = {"apiEndpoint": "https://10.0.0.1:6443", "proxyURL": "http://127.0.0.1:8088",
+            "proxyHeader": {"X-Team": "a,b"}}
+    assert proxy_headers(spec, secret["data"]) == {"X-Team": "a,b", "Proxy-Authorization": "Bearer x"}
+    creds = member_credentials({"metadata": {"name": "c1"}, "spec": spec}, secret)
+    assert ("Proxy-Authorization", "Bearer x") in creds.proxy_headers
+    assert proxy_headers({}, {}) is None
