@@ -23,9 +23,10 @@ class KubeconfigError(Exception):
 class ClusterCredentials:
     """Where a cluster is and how to prove who we are; secrets are kept out of `repr`.
 
-    `proxy_url` (http:// only) routes every connection through an HTTP CONNECT proxy, sending
-    `proxy_headers` with each CONNECT: Karmada's `spec.proxyURL`/`spec.proxyHeader`, and what
-    apiserver-network-proxy in http-connect mode expects.
+    `proxy_url` (http://, or https:// for TLS to the proxy) routes every connection through an
+    HTTP CONNECT proxy, sending `proxy_headers` with each CONNECT: Karmada's
+    `spec.proxyURL`/`spec.proxyHeader`, and what apiserver-network-proxy in http-connect mode
+    expects.
     """
 
     context: str
