@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from tether.kube.config import KubeconfigError, in_cluster, mount_env_name
+from tether.kube.config import KubeconfigError, in_cluster
 from tether.local import tokens
 from tether.local.kubelet import environment, images, volumes
 from tether.local.kubelet.system_pods import ControlPlane, component_of, static_pod
 from tether.local.store import Store
+from tether.objects.podfiles import mount_env_name
 
 POD: dict[str, Any] = {"metadata": {"name": "web", "namespace": "shop", "uid": "u1", "labels": {"app": "web"}},
                        "spec": {"nodeName": "n0", "serviceAccountName": "default"}}

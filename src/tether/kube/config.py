@@ -14,6 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from tether.objects.podfiles import SERVICE_ACCOUNT_DIR, mounted_path
+
 
 class KubeconfigError(Exception):
     pass
@@ -188,25 +190,6 @@ def load_kubeconfig(path: Path | None = None, context: str | None = None) -> Clu
 
 
 # in-cluster --------------------------------------------------------------------------------------
-
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-MOUNT_ENV_PREFIX = "TETHER_MOUNT_"
-
-
-def mount_env_name(mount_path: str) -> str:
-    """The variable a local cluster's rootless kubelet sets to where a volume mounted at
-    `mount_path` really is (`/var/run/secrets/kubernetes.io/serviceaccount` ->
-    `TETHER_MOUNT_VAR_RUN_SECRETS_KUBERNETES_IO_SERVICEACCOUNT`)."""
-    name = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in mount_path).upper().strip("_")
-    return MOUNT_ENV_PREFIX + name
-
-
-def mounted_path(mount_path: str, environ: Mapping[str, str] | None = None) -> Path:
-    """Where the files a pod expects at `mount_path` are: there, unless a `TETHER_MOUNT_*`
-    variable says the kubelet could not put them there (rootless local clusters)."""
-    env = os.environ if environ is None else environ
-    return Path(env.get(mount_env_name(mount_path)) or mount_path)
-
 
 def in_cluster(environ: Mapping[str, str] | None = None) -> ClusterCredentials:
     """The credentials a pod has: the `kubernetes` Service from `KUBERNETES_SERVICE_HOST/PORT`,

@@ -53,7 +53,6 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 
 from tether.engine import Engine, RequeueAfter
-from tether.kube.config import SERVICE_ACCOUNT_DIR
 from tether.local import bootstrap_tokens, encoding
 from tether.local.errors import ApiError, bad_request, method_not_allowed
 from tether.local.operations import Operations, WriteOptions, decode_body
@@ -61,6 +60,7 @@ from tether.local.resources import ResourceType
 from tether.local.store import Store, WatchOverflow
 from tether.net.httpserver import Reply, Request, Response
 from tether.objects import Obj, times
+from tether.objects.podfiles import SERVICE_ACCOUNT_DIR
 
 if TYPE_CHECKING:
     from tether.local.cluster import Component, LocalCluster

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.kube.config import mount_env_name
 from tether.local.kubelet import environment
+from tether.objects.podfiles import mount_env_name
 
 Obj = Mapping[str, Any]
 DEFAULT_MODE = 0o644
