@@ -802,9 +802,10 @@ NOTES = """
   need ~2 s of both cores.
 - **What moved the numbers (this session, same machine):** at the start, hub CPU per pair was
   ~9-10 ms and a 100-template burst at 10 members had p99 8.9-11.9 s, 1,000 templates 146 s.
-  - `kube/http1.py`: request/response calls and watches go through a lean HTTP/1.1 pool on asyncio
-    streams (the event loop's C TLS) instead of httpx/httpcore/anyio, which were ~85 % of the hub's
-    CPU (~2 ms a request); hub CPU per pair ~9 -> ~2 ms.
+  - `net/http1.py` and `net/httpclient.py`: every `KubeClient` call (requests, watches, proxies,
+    pass-through, upgrades) goes through a lean HTTP/1.1 pool on asyncio streams (the event loop's
+    C TLS) instead of httpx/httpcore/anyio, which were ~85 % of the hub's CPU (~2 ms a request);
+    hub CPU per pair ~9 -> ~2 ms.
   - One TLS context per client, without loading the system CA store when the cluster has its own
     CA (a new member client ~30 ms -> 0.6 ms).
   - The local API server (host and members): one JSON encoding per write shared by the answer and

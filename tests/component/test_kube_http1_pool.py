@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from tether.kube import ClusterCredentials, KubeClient, Unreachable
-from tether.kube.http1 import ConnectionPool, TransportError
 from tether.kube.transport import ConnectOptions
+from tether.net.httpclient import ConnectionPool, TransportError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
 

@@ -41,6 +41,12 @@ def pods(clusters: Any, ns: str) -> Iterator[str]:
     clusters.kubectl("create", "-f", "-", input=manifest(shell, web, svc))
     poll(lambda: _running(clusters, ns, "shell") and _running(clusters, ns, "web"), timeout=60,
          what="pods shell and web Running")
+
+    def serving() -> bool:  # Running is not listening yet: the web pod has no readiness probe
+        path = f"/api/v1/namespaces/{ns}/pods/web:{WEB_PORT}/proxy/"
+        return clusters.kubectl("get", "--raw", path, check=False).returncode == 0
+
+    poll(serving, timeout=60, interval=0.2, what="the web pod serving")
     yield ns
 
 

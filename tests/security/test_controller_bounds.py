@@ -76,6 +76,12 @@ OWNERS: dict[str, tuple[Callable[[Operations], Controller], tuple[str, str, str]
          "spec": {"parallelism": HUGE, "completions": HUGE,
                   "template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}},
         lambda obj: obj["spec"].update(parallelism=0)),
+    "IndexedJob": (
+        JobController, ("batch", "v1", "jobs"),
+        {"apiVersion": "batch/v1", "kind": "Job",
+         "spec": {"parallelism": HUGE, "completions": HUGE, "completionMode": "Indexed",
+                  "template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}},
+        lambda obj: obj["spec"].update(parallelism=0)),
     "StatefulSet": (
         StatefulSetController, ("apps", "v1", "statefulsets"),
         {"apiVersion": "apps/v1", "kind": "StatefulSet",

@@ -95,3 +95,16 @@ def test_edns_is_echoed_and_bytes_round_trip() -> None:
     garbage = respond(b"\x00\x07" + b"\xff" * 20, ZONE)
     assert garbage is not None and w.parse_message(garbage).rcode == w.RCODE_FORMERR
     assert respond(b"\x01", ZONE) is None
+
+
+def test_query_log_line_reads_like_corednss_log_plugin() -> None:
+    from tether.local.services.dns import query_log_line
+
+    data = w.encode_message(w.Message(42, w.FLAG_RD, (w.Question("web.default.svc.cluster.local", w.TYPE_A),)))
+    reply = respond(data, ZONE)
+    line = query_log_line(data, reply, ("127.16.1.7", 40000), "udp", 0.000123)
+    assert line.startswith('[INFO] 127.16.1.7:40000 - 42 "A IN web.default.svc.cluster.local. udp ')
+    assert '" NOERROR qr,aa,rd ' in line and line.endswith(" 0.000123000s")
+    missing = w.encode_message(w.Message(7, 0, (w.Question("nope.default.svc.cluster.local", w.TYPE_A),)))
+    assert '" NXDOMAIN qr,aa ' in query_log_line(missing, respond(missing, ZONE), ("::1", 1), "tcp", 0.0)
+    assert "malformed" in query_log_line(b"\x00", None, ("127.0.0.1", 1), "udp", 0.0)

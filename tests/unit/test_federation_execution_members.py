@@ -58,8 +58,8 @@ async def test_rotation_replaces_the_client_once_for_all_concurrent_workers() ->
     assert member is not first
     assert member.fingerprint == ("https://127.0.0.1:9", "2")
     assert executor.pool.get("member") is member.client
-    assert not member.client._http.is_closed
-    assert first.client._http.is_closed
+    assert not member.client.closed
+    assert first.client.closed
     assert member.client.credentials == ClusterCredentials.from_token(
         server="https://127.0.0.1:9", token="token-2", ca_bundle=None, name="member")
     await executor.pool.aclose()

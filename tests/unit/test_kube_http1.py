@@ -1,10 +1,10 @@
-"""The lean HTTP/1.1 client's response parser and request encoding (no sockets)."""
+"""The sans-I/O HTTP/1.1 response parser and request encoding (`tether.net.http1`, no sockets)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tether.kube.http1 import ProtocolError, ResponseParser, TransportError, encode_request
+from tether.net.http1 import IncompleteMessage, ProtocolError, ResponseParser, encode_request
 
 
 def feed_bytewise(parser: ResponseParser, data: bytes) -> list[object]:
@@ -109,9 +109,9 @@ def test_oversized_head_is_refused() -> None:
 def test_eof_before_the_end_says_whether_anything_arrived(received: bytes, answered: bool) -> None:
     parser = ResponseParser()
     parser.feed(received)
-    with pytest.raises(TransportError) as caught:
+    with pytest.raises(IncompleteMessage) as caught:
         parser.feed_eof()
-    assert caught.value.sent and caught.value.answered is answered
+    assert caught.value.received_any is answered
 
 
 def test_encode_request_frames_body_and_host() -> None:

@@ -185,7 +185,6 @@ def run_cmd(
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     directory = agent_dir or agent_app.agent_dir(_data_dir(data_dir), cluster_name)
     try:
         files = agent_app.read_files(directory)

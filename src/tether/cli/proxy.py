@@ -59,7 +59,6 @@ def serve(
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     tunnel = None
     if tunnel_server:
         tls = ClientTLS(tunnel_ca_cert, tunnel_cert, tunnel_key) if tunnel_ca_cert else None

@@ -280,7 +280,7 @@ def upstream_headers(headers: Mapping[str, str], caller: Caller | None, *,
             continue
         out.append((name, value))
     if "accept-encoding" not in headers:
-        out.append(("Accept-Encoding", "identity"))  # not httpx's default list (br, zstd)
+        out.append(("Accept-Encoding", "identity"))  # bytes are relayed as they come, never decoded
     if upgrade:
         out += [("Connection", "Upgrade"), ("Upgrade", headers.get("upgrade", ""))]
     if caller is not None:

@@ -12,7 +12,7 @@ from tether.kube.client import (
     Upgraded,
     UpgradedStream,
 )
-from tether.kube.config import ClusterCredentials, KubeconfigError, load_kubeconfig
+from tether.kube.config import ClusterCredentials, KubeconfigError, in_cluster, load_kubeconfig
 from tether.kube.errors import (
     AlreadyExists,
     BadRequest,
@@ -32,12 +32,13 @@ from tether.kube.errors import (
     error_from_status,
 )
 from tether.kube.pool import ClientPool
-from tether.kube.transport import ConnectOptions, Dialer, DialerBackend
+from tether.kube.transport import ConnectOptions, Dialer
 from tether.kube.watch import (
     Backoff,
     EventHandler,
     Informer,
     ObjectKey,
+    WatchClient,
     WatchEvent,
     object_key,
     strip_managed_fields,
@@ -54,7 +55,6 @@ __all__ = [
     "Conflict",
     "ConnectOptions",
     "Dialer",
-    "DialerBackend",
     "EventHandler",
     "Expired",
     "Forbidden",
@@ -80,8 +80,10 @@ __all__ = [
     "Unreachable",
     "Upgraded",
     "UpgradedStream",
+    "WatchClient",
     "WatchEvent",
     "error_from_status",
+    "in_cluster",
     "load_kubeconfig",
     "object_key",
     "strip_managed_fields",

@@ -21,14 +21,11 @@ import random
 import ssl
 import time
 import urllib.parse
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
-
-import httpcore
-import httpx
+from typing import Any, Literal, TypeVar
 
 from tether.kube.config import ClusterCredentials, load_kubeconfig
 from tether.kube.errors import (
@@ -39,12 +36,11 @@ from tether.kube.errors import (
     Unreachable,
     error_from_status,
 )
-from tether.kube.http1 import Answer, ConnectionPool, TransportError
-from tether.kube.transport import ConnectOptions, build_transport
+from tether.kube.transport import ConnectOptions, open_pool
+from tether.kube.watch import WatchEvent, watch
+from tether.net.http1 import Answer, Headers
+from tether.net.httpclient import RawConnection, StreamedAnswer, TransportError
 from tether.objects import Obj
-
-if TYPE_CHECKING:
-    from tether.kube.watch import WatchEvent
 
 T = TypeVar("T")
 PatchType = Literal["merge", "json", "strategic"]
@@ -59,13 +55,7 @@ PATCH_CONTENT_TYPES: Mapping[str, str] = {
     "strategic": "application/strategic-merge-patch+json",
 }
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
-
-# Failures that prove the request never left: safe to retry even for writes.
-_NOT_SENT = (httpcore.ConnectError, httpcore.ConnectTimeout, httpcore.ProxyError, httpcore.PoolTimeout,
-             httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError, httpx.PoolTimeout)
-_TRANSPORT_ERRORS = (TransportError, httpx.TransportError, httpcore.TimeoutException,
-                     httpcore.NetworkError, httpcore.ProtocolError, httpcore.ProxyError,
-                     httpcore.UnsupportedProtocol, OSError, ssl.SSLError)
+_FRAMING_HEADERS = frozenset(("host", "content-length", "transfer-encoding"))
 
 
 @dataclass(frozen=True)
@@ -127,25 +117,21 @@ class ServerVersion:
     platform: str
     raw: Obj = field(default_factory=dict, compare=False, repr=False)
 
-
 class RawStream:
-    """A response being read as it arrives; transport failures surface as `Unreachable`."""
+    """A response being read as it arrives; transport failures surface as `Unreachable`.
+    `idle_timeout_s` is the default for `chunks` and `lines`."""
 
-    def __init__(self, client: KubeClient, status_code: int, headers: httpx.Headers,
-                 body: AsyncIterator[bytes]) -> None:
+    def __init__(self, client: KubeClient, status_code: int, headers: Headers,
+                 body: AsyncIterator[bytes], *, idle_timeout_s: float | None = None) -> None:
         self._client = client
         self._body = body
+        self._idle_timeout_s = idle_timeout_s
         self.status_code = status_code
-        self.headers: Mapping[str, str] = headers
-
-    @classmethod
-    def of(cls, client: KubeClient, response: httpx.Response) -> RawStream:
-        return cls(client, response.status_code, response.headers, response.aiter_raw())
+        self.headers = headers
 
     def header_items(self) -> list[tuple[str, str]]:
         """Every header as received, repeated names included."""
-        assert isinstance(self.headers, httpx.Headers)
-        return list(self.headers.multi_items())
+        return self.headers.multi_items()
 
     async def chunks(self, *, idle_timeout_s: float | None = None,
                      deadline: float | None = None) -> AsyncIterator[bytes]:
@@ -174,8 +160,10 @@ class RawStream:
             yield last
 
     async def _bounded(self, source: AsyncIterator[T], idle_timeout_s: float | None,
-                          deadline: float | None) -> AsyncIterator[T]:
+                       deadline: float | None) -> AsyncIterator[T]:
         server = self._client.credentials.server
+        if idle_timeout_s is None:
+            idle_timeout_s = self._idle_timeout_s
         try:
             while True:
                 wait = idle_timeout_s
@@ -191,39 +179,43 @@ class RawStream:
                     what = ("stream outlived its deadline" if deadline is not None
                             and time.monotonic() >= deadline else f"no data for {wait:.1f}s")
                     raise Unreachable(server, what) from None
-                except _TRANSPORT_ERRORS as exc:
+                except TransportError as exc:
                     raise self._client._unreachable(exc) from exc
                 yield item
         finally:
-            with contextlib.suppress(*_TRANSPORT_ERRORS, RuntimeError):
+            with contextlib.suppress(TransportError, RuntimeError):
                 await source.aclose()  # type: ignore[attr-defined]
 
 
 class UpgradedStream:
     """The raw connection after a `101 Switching Protocols`; failures surface as `Unreachable`.
-    There is no half-close: TLS (and httpcore's streams) cannot shut down one direction."""
+    There is no half-close: TLS and tunnels cannot shut down one direction alone."""
 
-    def __init__(self, client: KubeClient, network: Any) -> None:
+    def __init__(self, client: KubeClient, connection: RawConnection) -> None:
         self._client = client
-        self._network = network
+        self._connection = connection
 
     async def read(self, max_bytes: int = 256 * 1024, *, idle_timeout_s: float | None = None) -> bytes:
         """Up to `max_bytes`; b"" at EOF."""
         try:
-            data: bytes = await self._network.read(max_bytes, timeout=idle_timeout_s)
-        except _TRANSPORT_ERRORS as exc:
+            async with asyncio.timeout(idle_timeout_s):
+                return await self._connection.read(max_bytes)
+        except TimeoutError:
+            raise Unreachable(self._client.server, f"no data for {idle_timeout_s:.1f}s") from None
+        except TransportError as exc:
             raise self._client._unreachable(exc) from exc
-        return data
 
     async def write(self, data: bytes, *, timeout_s: float | None = None) -> None:
         try:
-            await self._network.write(data, timeout=timeout_s)
-        except _TRANSPORT_ERRORS as exc:
+            async with asyncio.timeout(timeout_s):
+                await self._connection.write(data)
+        except TimeoutError:
+            raise Unreachable(self._client.server, f"write not taken within {timeout_s:.1f}s") from None
+        except TransportError as exc:
             raise self._client._unreachable(exc) from exc
 
     async def aclose(self) -> None:
-        with contextlib.suppress(*_TRANSPORT_ERRORS):
-            await self._network.aclose()
+        await self._connection.aclose()
 
 
 @dataclass(frozen=True)
@@ -255,15 +247,8 @@ class KubeClient:
         self._headers = headers
         context = credentials.ssl_context()
         ssl_context = context if isinstance(context, ssl.SSLContext) else None
-        self._http = httpx.AsyncClient(
-            base_url=credentials.server,
-            headers=headers,
-            timeout=timeout_s,
-            transport=build_transport(credentials, self.connect, ssl_context),
-        )
-        # request/response calls go through the lean client unless a proxy or a foreign
-        # network backend is configured (those stay on httpcore, which speaks both)
-        self._base_path, self._direct = _direct_pool(credentials, self.connect, ssl_context)
+        # one pool for everything: requests, watches, streams, pass-through, upgrades
+        self._base_path, self._pool = open_pool(credentials, self.connect, ssl_context)
         self._discovery: dict[str, dict[str, Resource]] = {}
         self._discovery_generation: dict[str, int] = {}
         self._discovery_locks: dict[str, asyncio.Lock] = {}
@@ -285,20 +270,22 @@ class KubeClient:
                         tb: TracebackType | None) -> None:
         await self.close()
 
+    @property
+    def closed(self) -> bool:
+        """True once `close()` ran: every later call fails as `Unreachable`."""
+        return self._pool.closed
+
     async def close(self) -> None:
-        if self._direct is not None:
-            await self._direct.close()
-        await self._http.aclose()
+        await self._pool.close()
 
     # transport ---------------------------------------------------------------------------
 
-    def _unreachable(self, exc: BaseException) -> Unreachable:
-        if isinstance(exc, TransportError):  # the lean client says itself whether it sent
-            return Unreachable(self.server, str(exc), request_sent=exc.sent)
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    def _unreachable(self, exc: TransportError) -> Unreachable:
+        """The one translation of a transport failure into the client's errors."""
+        detail = str(exc)
         if self.credentials.proxy_url:
             detail += f" (via proxy {self.credentials.proxy_display})"
-        return Unreachable(self.server, detail, request_sent=not isinstance(exc, _NOT_SENT))
+        return Unreachable(self.server, detail, request_sent=exc.sent)
 
     def _error(self, answer: Answer) -> KubeError:
         try:
@@ -311,25 +298,16 @@ class KubeClient:
         return error_from_status(payload, http_code=answer.status,
                                  retry_after_s=_retry_after_s(answer.header("Retry-After")))
 
-    def _timeout(self, budget_s: float, read_s: float | None) -> httpx.Timeout:
-        return httpx.Timeout(connect=min(budget_s, self.connect.connect_timeout_s), read=read_s,
-                             write=budget_s, pool=budget_s)
-
     async def _once(self, method: str, path: str, *, content: bytes | None, headers: dict[str, str],
                     params: Mapping[str, str] | None, budget_s: float) -> Answer:
         try:
             async with asyncio.timeout(budget_s):
-                if self._direct is not None:
-                    answer = await self._direct.request(
-                        method, self._request_target(path, params), list({**self._headers, **headers}.items()),
-                        content)
-                else:
-                    response = await self._http.request(method, path, content=content, headers=headers,
-                                                        params=params, timeout=self._timeout(budget_s, budget_s))
-                    answer = _answer_of(response, response.content)
+                answer = await self._pool.request(
+                    method, self._request_target(path, params), list({**self._headers, **headers}.items()),
+                    content)
         except TimeoutError:
             raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
-        except _TRANSPORT_ERRORS as exc:
+        except TransportError as exc:
             raise self._unreachable(exc) from exc
         log.debug("%s %s -> %d", method, path, answer.status)
         return answer
@@ -392,58 +370,16 @@ class KubeClient:
         """Open a long response (watch, logs, proxy) and read it incrementally.
 
         `timeout_s` bounds getting the response headers; reading is bounded per item by the
-        `RawStream` methods. An error status is read in full and raised as a `KubeError`.
+        `RawStream` methods (`idle_timeout_s` their default). An error status is read in full
+        and raised as a `KubeError`.
         """
         budget_s = self.timeout_s if timeout_s is None else timeout_s
         content = None if body is None else json.dumps(body).encode()
         headers = {"Accept": accept}
         if content is not None:
             headers["Content-Type"] = content_type
-        if self._direct is not None:
-            async with self._direct_stream(method, path, params, content, headers, budget_s) as direct:
-                yield direct
-            return
-        request = self._http.build_request(method, path, params=params, content=content, headers=headers,
-                                           timeout=self._timeout(budget_s, idle_timeout_s))
-        try:
-            async with asyncio.timeout(budget_s):
-                response = await self._http.send(request, stream=True)
-        except TimeoutError:
-            raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
-        except _TRANSPORT_ERRORS as exc:
-            raise self._unreachable(exc) from exc
-        try:
-            if response.status_code >= 400:
-                try:
-                    async with asyncio.timeout(budget_s):
-                        raw = await response.aread()
-                except (TimeoutError, *_TRANSPORT_ERRORS):
-                    raw = b""
-                raise self._error(_answer_of(response, raw))
-            yield RawStream.of(self, response)
-        finally:
-            with contextlib.suppress(*_TRANSPORT_ERRORS):
-                await response.aclose()
-
-    def _request_target(self, path: str, params: Mapping[str, str] | None) -> str:
-        target = self._base_path + path
-        if params:
-            target += ("&" if "?" in target else "?") + urllib.parse.urlencode(params)
-        return target
-
-    @contextlib.asynccontextmanager
-    async def _direct_stream(self, method: str, path: str, params: Mapping[str, str] | None,
-                             content: bytes | None, headers: dict[str, str],
-                             budget_s: float) -> AsyncIterator[RawStream]:
-        assert self._direct is not None
-        try:
-            async with asyncio.timeout(budget_s):
-                answer = await self._direct.open(method, self._request_target(path, params),
-                                                 list({**self._headers, **headers}.items()), content)
-        except TimeoutError:
-            raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
-        except _TRANSPORT_ERRORS as exc:
-            raise self._unreachable(exc) from exc
+        answer = await self._open(method, self._request_target(path, params),
+                                  list({**self._headers, **headers}.items()), content, budget_s)
         try:
             if answer.status >= 400:
                 try:
@@ -452,49 +388,57 @@ class KubeClient:
                 except (TimeoutError, TransportError):
                     raw = b""
                 raise self._error(Answer(answer.status, answer.reason, answer.headers, raw, False))
-            yield RawStream(self, answer.status, httpx.Headers(list(answer.headers.items())),
-                            answer.chunks())
+            yield RawStream(self, answer.status, Headers(answer.headers, answer.fields),
+                            answer.chunks(), idle_timeout_s=idle_timeout_s)
         finally:
             answer.close()
 
-    # raw pass-through (the hub's cluster proxy) ------------------------------------------
+    def _request_target(self, path: str, params: Mapping[str, str] | None) -> str:
+        target = self._base_path + path
+        if params:
+            target += ("&" if "?" in target else "?") + urllib.parse.urlencode(params)
+        return target
 
-    def _raw_request(self, method: str, target: str, headers: Sequence[tuple[str, str]],
-                     content: bytes | None, budget_s: float, idle_timeout_s: float | None) -> httpx.Request:
-        """`target` (path and raw query, as received) below the server's own path, unchanged."""
-        request = self._http.build_request(method, target.split("?", 1)[0] or "/", content=content,
-                                           headers=list(headers),
-                                           timeout=self._timeout(budget_s, idle_timeout_s))
-        base = httpx.URL(self.server).raw_path.split(b"?", 1)[0].rstrip(b"/")
-        request.url = request.url.copy_with(raw_path=base + target.encode("latin-1"))
-        return request
-
-    async def _send_streaming(self, request: httpx.Request, budget_s: float) -> httpx.Response:
-        """The response headers within `budget_s`; transport failures become `Unreachable`."""
+    async def _open(self, method: str, target: str, headers: Sequence[tuple[str, str]],
+                    content: bytes | AsyncIterable[bytes] | None, budget_s: float) -> StreamedAnswer:
+        """The answer's head within `budget_s`; transport failures become `Unreachable`."""
         try:
             async with asyncio.timeout(budget_s):
-                return await self._http.send(request, stream=True)
+                return await self._pool.open(method, target, headers, content)
         except TimeoutError:
             raise Unreachable(self.server, f"no answer within {budget_s:.1f}s") from None
-        except _TRANSPORT_ERRORS as exc:
+        except TransportError as exc:
             raise self._unreachable(exc) from exc
+
+    # raw pass-through (the hub's cluster proxy) ------------------------------------------
+
+    def _raw_headers(self, headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """`headers` over the client's defaults (a name given replaces the default); framing
+        is the client's own business."""
+        given = {name.lower() for name, _ in headers}
+        out = [(name, value) for name, value in self._headers.items() if name.lower() not in given]
+        out += [(name, value) for name, value in headers if name.lower() not in _FRAMING_HEADERS]
+        return out
 
     @contextlib.asynccontextmanager
     async def send_raw(self, method: str, target: str, *, headers: Sequence[tuple[str, str]] = (),
-                       content: bytes | None = None, timeout_s: float | None = None,
+                       content: bytes | AsyncIterable[bytes] | None = None,
+                       timeout_s: float | None = None,
                        idle_timeout_s: float | None = None) -> AsyncIterator[RawStream]:
-        """Send one request as given (raw path and query; `headers` over the client's defaults,
-        so the client's own credentials apply unless replaced) and stream the answer whatever
-        its status: a proxy forwards errors, it does not raise them. No retries. `timeout_s`
-        bounds getting the response headers, `idle_timeout_s` each read of the body."""
+        """Send one request as given (raw path and query, below the server URL's own path;
+        `headers` over the client's defaults, so the client's own credentials apply unless
+        replaced) and stream the answer whatever its status: a proxy forwards errors, it does
+        not raise them. `content` may be an async iterable (sent chunked as it comes). No
+        retries. `timeout_s` bounds getting the response headers, `idle_timeout_s` each read
+        of the body."""
         budget_s = self.timeout_s if timeout_s is None else timeout_s
-        request = self._raw_request(method, target, headers, content, budget_s, idle_timeout_s)
-        response = await self._send_streaming(request, budget_s)
+        answer = await self._open(method, self._base_path + (target or "/"),
+                                  self._raw_headers(headers), content, budget_s)
         try:
-            yield RawStream.of(self, response)
+            yield RawStream(self, answer.status, Headers(answer.headers, answer.fields),
+                            answer.chunks(), idle_timeout_s=idle_timeout_s)
         finally:
-            with contextlib.suppress(*_TRANSPORT_ERRORS):
-                await response.aclose()
+            answer.close()
 
     @contextlib.asynccontextmanager
     async def upgrade(self, method: str, target: str, *, headers: Sequence[tuple[str, str]],
@@ -504,30 +448,26 @@ class KubeClient:
         connection is `Upgraded.stream` until the block ends; any other status comes with its
         body (at most `body_limit` bytes) and no stream."""
         budget_s = self.timeout_s if timeout_s is None else timeout_s
-        request = self._raw_request(method, target, headers, None, budget_s, None)
-        response = await self._send_streaming(request, budget_s)
+        answer = await self._open(method, self._base_path + (target or "/"),
+                                  self._raw_headers(headers), None, budget_s)
         try:
-            if response.status_code == 101:
-                network = response.extensions.get("network_stream")
-                if network is None:
-                    raise Unreachable(self.server, "101 without a connection to switch to")
-                yield Upgraded(101, list(response.headers.multi_items()), b"",
-                               UpgradedStream(self, network))
+            if answer.status == 101:
+                stream = UpgradedStream(self, answer.take_connection())
+                try:
+                    yield Upgraded(101, list(answer.fields), b"", stream)
+                finally:
+                    await stream.aclose()
                 return
             body = bytearray()
-            try:
+            with contextlib.suppress(TimeoutError, TransportError):
                 async with asyncio.timeout(budget_s):
-                    async for chunk in response.aiter_raw():
+                    async for chunk in answer.chunks():
                         body += chunk
                         if len(body) >= body_limit:
                             break
-            except (TimeoutError, *_TRANSPORT_ERRORS):
-                pass
-            yield Upgraded(response.status_code, list(response.headers.multi_items()),
-                           bytes(body[:body_limit]), None)
+            yield Upgraded(answer.status, list(answer.fields), bytes(body[:body_limit]), None)
         finally:
-            with contextlib.suppress(*_TRANSPORT_ERRORS):
-                await response.aclose()
+            answer.close()
 
     # discovery ---------------------------------------------------------------------------
 
@@ -656,8 +596,6 @@ class KubeClient:
               allow_bookmarks: bool = True, timeout_s: float = 300.0,
               idle_timeout_s: float | None = None) -> AsyncGenerator[WatchEvent, None]:
         """See `tether.kube.watch.watch`."""
-        from tether.kube.watch import watch
-
         return watch(self, api_version, kind, namespace, resource_version=resource_version,
                      label_selector=label_selector, field_selector=field_selector,
                      allow_bookmarks=allow_bookmarks, timeout_s=timeout_s, idle_timeout_s=idle_timeout_s)
@@ -755,30 +693,6 @@ class KubeClient:
                 continue
             return answer.status, answer.body.decode(errors="replace")
         return 404, ""
-
-
-def _direct_pool(credentials: ClusterCredentials, options: ConnectOptions,
-                 ssl_context: ssl.SSLContext | None) -> tuple[str, ConnectionPool | None]:
-    """The server URL's path prefix and a lean pool for it, or no pool when a proxy or a
-    foreign network backend must carry the connection."""
-    url = urllib.parse.urlsplit(credentials.server)
-    base_path = url.path.rstrip("/")
-    if credentials.proxy_url or options.network_backend is not None or url.scheme not in ("http", "https"):
-        return base_path, None
-    return base_path, ConnectionPool(
-        url.hostname or "localhost", url.port or (443 if url.scheme == "https" else 80),
-        ssl_context=ssl_context,
-        dialer=options.dialer, max_connections=options.max_connections,
-        max_idle=options.max_keepalive_connections, keepalive_expiry_s=options.keepalive_expiry_s,
-        connect_timeout_s=options.connect_timeout_s)
-
-
-def _answer_of(response: httpx.Response, body: bytes) -> Answer:
-    headers: dict[str, str] = {}
-    for name, value in response.headers.multi_items():
-        key = name.lower()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return Answer(response.status_code, response.reason_phrase, headers, body, keep_alive=True)
 
 
 def _retry_after_s(value: str | None) -> float | None:

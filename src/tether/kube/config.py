@@ -14,6 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from tether.objects.podfiles import SERVICE_ACCOUNT_DIR, mounted_path
+
 
 class KubeconfigError(Exception):
     pass
@@ -23,9 +25,10 @@ class KubeconfigError(Exception):
 class ClusterCredentials:
     """Where a cluster is and how to prove who we are; secrets are kept out of `repr`.
 
-    `proxy_url` (http:// only) routes every connection through an HTTP CONNECT proxy, sending
-    `proxy_headers` with each CONNECT: Karmada's `spec.proxyURL`/`spec.proxyHeader`, and what
-    apiserver-network-proxy in http-connect mode expects.
+    `proxy_url` (http://, or https:// for TLS to the proxy) routes every connection through an
+    HTTP CONNECT proxy, sending `proxy_headers` with each CONNECT: Karmada's
+    `spec.proxyURL`/`spec.proxyHeader`, and what apiserver-network-proxy in http-connect mode
+    expects.
     """
 
     context: str
@@ -183,4 +186,33 @@ def load_kubeconfig(path: Path | None = None, context: str | None = None) -> Clu
         client_key_pem=_data(user, "client-key", base),
         token=token,
         proxy_url=str(cluster["proxy-url"]) if cluster.get("proxy-url") else None,
+    )
+
+
+# in-cluster --------------------------------------------------------------------------------------
+
+def in_cluster(environ: Mapping[str, str] | None = None) -> ClusterCredentials:
+    """The credentials a pod has: the `kubernetes` Service from `KUBERNETES_SERVICE_HOST/PORT`,
+    its ServiceAccount's token, CA and namespace from the service-account directory, as
+    client-go's `rest.InClusterConfig` reads them."""
+    env = os.environ if environ is None else environ
+    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise KubeconfigError("not running in a cluster: KUBERNETES_SERVICE_HOST and "
+                              "KUBERNETES_SERVICE_PORT are not set; use a kubeconfig instead")
+    directory = mounted_path(SERVICE_ACCOUNT_DIR, env)
+    try:
+        token = (directory / "token").read_text().strip()
+        ca = (directory / "ca.crt").read_bytes()
+    except OSError as exc:
+        raise KubeconfigError(f"no service-account credentials in {directory}: {exc.strerror}; is "
+                              "automountServiceAccountToken false for this pod?") from None
+    try:
+        namespace = (directory / "namespace").read_text().strip() or "default"
+    except OSError:
+        namespace = "default"
+    server_host = f"[{host}]" if ":" in host else host
+    return ClusterCredentials(
+        context="in-cluster", server=f"https://{server_host}:{port}", namespace=namespace,
+        ca_pem=ca or None, insecure=False, client_cert_pem=None, client_key_pem=None, token=token,
     )

@@ -25,11 +25,11 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal, Protocol, cast
 
-from tether.kube.client import KubeClient
 from tether.kube.errors import Gone, KubeError, ServerError, error_from_status
 from tether.objects import Obj
 
@@ -39,6 +39,46 @@ WATCH_GRACE_S = 10.0  # how long past `timeoutSeconds` a server may take to end 
 HEALTHY_WATCH_S = 1.0  # an empty stream shorter than this counts as a failure (no hot loop)
 
 log = logging.getLogger(__name__)
+
+
+# What watches and informers need of a client. `KubeClient` is one; a protocol keeps this module
+# below the client (the client's `watch` method calls in here), so the two do not import each other.
+
+
+class _Kind(Protocol):
+    @property
+    def namespaced(self) -> bool: ...
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str: ...
+
+
+class _Lines(Protocol):
+    def lines(self, *, idle_timeout_s: float | None = None,
+              deadline: float | None = None) -> AsyncIterator[str]: ...
+
+
+class _Listed(Protocol):
+    @property
+    def items(self) -> tuple[Obj, ...]: ...
+
+    @property
+    def resource_version(self) -> str: ...
+
+
+class WatchClient(Protocol):
+    @property
+    def server(self) -> str: ...
+
+    async def resource(self, api_version: str, kind: str, *,
+                       timeout_s: float | None = None) -> _Kind: ...
+
+    def stream(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
+               idle_timeout_s: float | None = None) -> AbstractAsyncContextManager[_Lines]: ...
+
+    async def list_all(self, api_version: str, kind: str, namespace: str | None = None, *,
+                       label_selector: str = "", field_selector: str = "", limit: int = 500,
+                       timeout_s: float | None = None) -> _Listed: ...
 
 
 @dataclass(frozen=True, order=True)
@@ -75,7 +115,7 @@ class WatchEvent:
 
 
 async def watch(
-    client: KubeClient,
+    client: WatchClient,
     api_version: str,
     kind: str,
     namespace: str | None = None,
@@ -156,7 +196,7 @@ def strip_managed_fields(obj: Obj) -> Obj:
 class Informer:
     def __init__(
         self,
-        client: KubeClient,
+        client: WatchClient,
         api_version: str,
         kind: str,
         namespace: str | None = None,

@@ -12,12 +12,26 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tether.local import discovery, openapi, tables, watching
-from tether.local.errors import ApiError, bad_request, expired, method_not_allowed, path_not_found
-from tether.local.operations import Operations, WriteOptions, decode_body, groups_of
+from tether.local import bodies, deletion, discovery, encoding, offload, openapi, tables, watching
+from tether.local.errors import (
+    ApiError,
+    Cause,
+    bad_request,
+    expired,
+    invalid,
+    method_not_allowed,
+    path_not_found,
+)
+from tether.local.operations import (
+    FIELD_VALIDATION,
+    Operations,
+    WriteOptions,
+    decode_body,
+    groups_of,
+)
 from tether.local.rbac import reviews
 from tether.local.rbac.authorizer import UserInfo
 from tether.local.rbac.enforcer import (
@@ -52,14 +66,22 @@ NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 # Extra handlers for subresources served by other parts (logs, exec, ...), keyed by name.
 SubresourceHandler = Callable[[Request, ResourceType, str, str, str], Awaitable[Reply]]
+# Handlers for whole API groups whose objects are computed, not stored (metrics.k8s.io):
+# (request, type, namespace, name) -> reply.
+GroupHandler = Callable[[Request, ResourceType, str, str], Awaitable[Reply]]
 
 
-def _json(status: int, body: Any, content_type: str = "application/json") -> Response:
-    return Response(status, json.dumps(body, separators=(",", ":")).encode(), content_type=content_type)
+def _json(status: int, body: Any, content_type: str = "application/json", *, sort_keys: bool = False) -> Response:
+    return Response(status, encoding.body(body, sort_keys=sort_keys), content_type=content_type)
+
+
+def _raw_json(status: int, body: Any) -> Response:
+    """What kube-apiserver writes with WriteRawJSON (`/version`, `/`): indented, no newline."""
+    return Response(status, json.dumps(body, indent=2).encode())
 
 
 def status_response(error: ApiError) -> Response:
-    return _json(error.code, error.status())
+    return Response(error.code, encoding.status_body(error.status()))
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,7 @@ class ApiServer:
         self.enforcer = enforcer
         self._server_address = server_address
         self.subresource_handlers: dict[str, SubresourceHandler] = {}
+        self.group_handlers: dict[str, GroupHandler] = {}
         self.ready: Callable[[], bool] = lambda: True
 
     # entry -------------------------------------------------------------------------------
@@ -145,10 +168,10 @@ class ApiServer:
             ok = self.ready() or path.startswith("/livez")
             return Response(200 if ok else 500, b"ok" if ok else b"not ready", content_type="text/plain; charset=utf-8")
         if path == "/version":
-            return _json(200, SERVER_VERSION)
+            return _raw_json(200, SERVER_VERSION)
         if path == "/":
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz", "/version"]
-            return _json(200, {"paths": paths})
+            return _raw_json(200, {"paths": paths})
         if path.startswith("/openapi"):
             return self._openapi(request, path)
         parts = path.strip("/").split("/")
@@ -193,8 +216,8 @@ class ApiServer:
             # kubectl's client-side validation (used for `kind: List` input) needs a v2 document; an
             # empty one (protobuf `swagger: "2.0"`, no definitions) means "no schema: skip".
             return Response(200, b"\n\x032.0", content_type=OPENAPI_V2_PROTOBUF)
-        if path == "/openapi/v3":
-            return _json(200, openapi.root_document(self.registry))
+        if path == "/openapi/v3":  # kube-openapi writes its documents without a newline
+            return Response(200, encoding.dumps(openapi.root_document(self.registry)).encode())
         prefix = "/openapi/v3/"
         if path.startswith(prefix):
             parts = path[len(prefix):].split("/")
@@ -231,6 +254,10 @@ class ApiServer:
     async def _dispatch(self, request: Request, target: Target, user: UserInfo) -> Reply:
         rt, method = target.rt, request.method
         sub = target.subresource
+        group_handler = self.group_handlers.get(rt.group)
+        if group_handler is not None and not sub:
+            self._require_verb(rt, "get" if target.name else "list")
+            return await group_handler(request, rt, target.namespace, target.name)
         if sub and sub not in ("status", "scale", "finalize"):
             handler = self.subresource_handlers.get(sub)
             if handler is None:
@@ -248,25 +275,30 @@ class ApiServer:
             return self._object_response(request, rt, 200, obj)
         if method == "POST" and not target.name:
             self._require_verb(rt, "create")
-            body = decode_body(request.header("content-type"), request.body)
+            decoded = await offload.decode(request.header("content-type"), request.body)
             if (rt.group, rt.kind) in reviews.KINDS:
-                return _json(201, self._review(rt, body, user, target.namespace))
-            obj = self.ops.create(rt, target.namespace, body, opts)
-            return self._object_response(request, rt, 201, obj)
+                return _json(201, self._review(rt, decoded.value, user, target.namespace))
+            opts = replace(opts, duplicates=decoded.duplicates)
+            obj = self.ops.create(rt, target.namespace, decoded.value, opts)
+            return _warned(self._object_response(request, rt, 201, obj), opts)
         if method == "PUT" and target.name:
             self._require_verb(rt, "update")
-            body = decode_body(request.header("content-type"), request.body)
+            decoded = await offload.decode(request.header("content-type"), request.body)
+            opts = replace(opts, duplicates=decoded.duplicates)
             if sub == "scale":
-                return _json(200, self._write_scale(rt, target, body, opts))
-            obj = self.ops.update(rt, target.namespace, target.name, body, opts, subresource=sub)
-            return self._object_response(request, rt, 200, obj)
+                return _json(200, self._write_scale(rt, target, decoded.value, opts))
+            obj = self.ops.update(rt, target.namespace, target.name, decoded.value, opts, subresource=sub)
+            return _warned(self._object_response(request, rt, 200, obj), opts)
         if method == "PATCH" and target.name:
             self._require_verb(rt, "patch")
             if sub == "scale":
                 return _json(200, self._patch_scale(rt, target, request, opts))
+            applied = None
+            if request.header("content-type").split(";", 1)[0].strip().lower() == "application/apply-patch+yaml":
+                applied = await offload.decode_json_or_yaml(request.body)
             obj, created = self.ops.patch(rt, target.namespace, target.name, request.header("content-type"),
-                                          request.body, opts, subresource=sub)
-            return self._object_response(request, rt, 201 if created else 200, obj)
+                                          request.body, opts, subresource=sub, applied=applied)
+            return _warned(self._object_response(request, rt, 201 if created else 200, obj), opts)
         if method == "DELETE":
             options = self._delete_options(request)
             if not target.name:
@@ -274,13 +306,7 @@ class ApiServer:
                 return self._delete_collection(request, rt, target.namespace, options, opts)
             self._require_verb(rt, "delete")
             obj, gone = self.ops.delete(rt, target.namespace, target.name, options, opts)
-            if gone and not (rt.group == "" and rt.kind == "Pod"):
-                details = {"name": target.name, "kind": rt.plural, "uid": obj["metadata"].get("uid")}
-                if rt.group:
-                    details["group"] = rt.group
-                return _json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                   "details": details})
-            return self._object_response(request, rt, 200, obj)
+            return self._delete_response(request, rt, obj, gone, options)
         raise method_not_allowed()
 
     def _require_verb(self, rt: ResourceType, verb: str) -> None:
@@ -303,10 +329,20 @@ class ApiServer:
         manager = request.param("fieldManager")
         if not manager and request.method in ("POST", "PUT", "PATCH"):
             manager = request.header("user-agent").split("/", 1)[0][:128]
+        validation = ""
+        if request.method in ("POST", "PUT", "PATCH"):
+            validation = request.param("fieldValidation") or "Warn"  # kube-apiserver's default
+            if validation not in FIELD_VALIDATION:
+                kind = {"POST": "CreateOptions", "PUT": "UpdateOptions"}.get(request.method, "PatchOptions")
+                supported = ", ".join(f'"{v}"' for v in ("", *sorted(FIELD_VALIDATION)))
+                cause = Cause("FieldValueNotSupported",
+                              f"Unsupported value: {json.dumps(validation)}: supported values: {supported}",
+                              "fieldValidation")
+                raise invalid(kind, "", [cause], "meta.k8s.io")
         return WriteOptions(
             manager=manager,
             dry_run=bool(dry_run),
-            strict=request.param("fieldValidation") == "Strict",
+            field_validation=validation,
             force=_flag(request, "force"),
             user=user.name,
         )
@@ -342,8 +378,17 @@ class ApiServer:
             return _json(code, self._table(request, rt, [obj], resource_version=obj["metadata"].get("resourceVersion", "")))
         text = self.ops.store.encoded(obj)  # a write's answer: the JSON the store just wrote
         if text is not None:
-            return Response(code, text.encode())
-        return _json(code, obj)
+            return Response(code, (text + "\n").encode())
+        return _json(code, obj, sort_keys=rt.crd)
+
+    def _delete_response(self, request: Request, rt: ResourceType, obj: Obj, gone: bool, options: Obj) -> Response:
+        """What kube-apiserver's registry answers a DELETE with (see `deletion.response_kind`)."""
+        # 202 when the object stays for now and the client asked for cascading deletion the old
+        # way (orphanDependents=false), as the real handler does.
+        code = 202 if not gone and options.get("orphanDependents") is False else 200
+        if deletion.returns_object(rt, gone):
+            return self._object_response(request, rt, code, obj)
+        return _json(code, deletion.success_status(rt, obj))
 
     def _table(self, request: Request, rt: ResourceType, items: list[Obj], *, resource_version: str,
                continue_token: str = "", remaining: int | None = None, with_headers: bool = True) -> Obj:
@@ -403,10 +448,15 @@ class ApiServer:
         if continue_token:
             metadata["continue"] = continue_token
             metadata["remainingItemCount"] = remaining
+        # Lists are the largest answers; join pre-encoded items rather than re-walk one big tree.
+        if rt.crd:  # an unstructured list: a map, keys sorted (apiVersion, items, kind, metadata)
+            joined = ",".join(json.dumps(o, separators=(",", ":"), sort_keys=True) for o in items)
+            body = (f'{{"apiVersion":{json.dumps(rt.group_version)},"items":[{joined}],'
+                    f'"kind":{json.dumps(rt.list_kind)},"metadata":{encoding.dumps(metadata, sort_keys=True)}}}\n')
+            return Response(200, body.encode())
         head = json.dumps({"kind": rt.list_kind, "apiVersion": rt.group_version, "metadata": metadata},
                           separators=(",", ":"))
-        # Lists are the largest answers; join pre-encoded items rather than re-walk one big tree.
-        body = head[:-1] + ',"items":[' + ",".join(json.dumps(o, separators=(",", ":")) for o in items) + "]}"
+        body = head[:-1] + ',"items":[' + ",".join(json.dumps(o, separators=(",", ":")) for o in items) + "]}\n"
         return Response(200, body.encode())
 
     def _encode_continue(self, key: tuple[str, str], revision: str) -> str:
@@ -443,7 +493,8 @@ class ApiServer:
                 raise
             deleted.append(final)
         return _json(200, {"kind": rt.list_kind, "apiVersion": rt.group_version,
-                           "metadata": {"resourceVersion": str(self.ops.store.revision)}, "items": deleted})
+                           "metadata": {"resourceVersion": str(self.ops.store.revision)}, "items": deleted},
+                     sort_keys=rt.crd)
 
     # watch -------------------------------------------------------------------------------
 
@@ -495,6 +546,7 @@ class ApiServer:
             initial=initial,
             bookmark_object=bookmark,
             render=render,
+            sort_keys=rt.crd and not as_table,
         )
         return StreamResponse(200, watching.stream(self.ops.store, watch))
 
@@ -543,8 +595,8 @@ class ApiServer:
 
         current = self._scale_of(rt, self.ops.get(rt, target.namespace, target.name))
         ctype = request.header("content-type").split(";")[0].strip()
+        document = bodies.decode_json(request.body, what="the patch").value
         try:
-            document = json.loads(request.body or b"null")
             if ctype == "application/json-patch+json":
                 patched = patching.apply_json_patch(current, document)
             else:
@@ -557,6 +609,14 @@ class ApiServer:
 def _unauthorized() -> Response:
     return _json(401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                        "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
+
+
+def _warned(response: Response, opts: WriteOptions) -> Response:
+    """The request's warnings (fieldValidation=Warn) as RFC 7234 Warning headers, as kubectl
+    prints them ("Warning: unknown field ...")."""
+    for text in opts.warnings:
+        response.headers.append(("Warning", "299 - " + json.dumps(text)))
+    return response
 
 
 def _flag(request: Request, name: str) -> bool:

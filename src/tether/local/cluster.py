@@ -97,7 +97,10 @@ class LocalCluster:
             if self.network.mode != "netns":
                 raise NetworkError("isolating a cluster's API server needs --netns (run as root)")
             self.api_host = self.network.router_ip
-            self.pki = ensure_cluster_pki(config.data_dir / "pki", config.name, extra_ips=(self.api_host,))
+        # Pods reach the API server through the `kubernetes` Service, so its ClusterIP is in the
+        # serving certificate, as on real clusters (in-cluster clients dial that address).
+        extra_ips = (self.network.api_service_ip, *((self.api_host,) if config.isolate_api else ()))
+        self.pki = ensure_cluster_pki(config.data_dir / "pki", config.name, extra_ips=extra_ips)
         self._write_network()
         self.controllers = LocalControllers(self.ops)
         # Long-running parts beyond the core (workload controllers, nodes, kubelets, services):

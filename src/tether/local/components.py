@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 
 def build(cluster: LocalCluster) -> list[Component]:
-    from tether.local import kubelet, nodes, services, tokens, workloads
+    from tether.local import apiservices, kubelet, metricsapi, nodes, services, tokens, workloads
+    from tether.local.kubelet import system_pods
     from tether.local.rbac import component as rbac
 
     parts: list[Component] = []
@@ -21,6 +22,9 @@ def build(cluster: LocalCluster) -> list[Component]:
     parts += nodes.build(cluster)  # nodes and leases, IPAM (podCIDR or Calico IPPools), scheduler
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
+    parts += metricsapi.build(cluster)  # metrics.k8s.io from the kubelet's processes (kubectl top)
     parts += tokens.build(cluster)  # ServiceAccount tokens, TokenRequest, default SA, root CA
     parts += rbac.build(cluster)  # ClusterRole aggregation (admin/edit/view and custom ones)
+    parts += apiservices.build(cluster)  # the local APIServices, Available conditions
+    parts.append(system_pods.build(cluster, parts))  # the parts above as pods in kube-system
     return parts

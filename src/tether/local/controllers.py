@@ -277,9 +277,11 @@ class LocalControllers:
         if crd is None or not crd["metadata"].get("deletionTimestamp"):
             return
         spec = crd.get("spec") or {}
-        resource = f"{spec.get('group', '')}/{(spec.get('names') or {}).get('plural', '')}"
+        group, plural = str(spec.get("group", "")), str((spec.get("names") or {}).get("plural", ""))
+        resource = f"{group}/{plural}"
         rt = self._rt(resource)
-        remaining = store.list_objects(resource)
+        # A CRD never owns built-in objects, even one stored before such CRDs were refused.
+        remaining = [] if self.ops.registry.is_builtin(group, plural) else store.list_objects(resource)
         if remaining and rt is not None:
             for obj in remaining:
                 if not obj["metadata"].get("deletionTimestamp"):

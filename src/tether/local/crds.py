@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from tether.local import schema
 from tether.local.errors import Cause
 from tether.local.resources import ResourceType, ScalePaths
+from tether.local.validation import fields
 from tether.objects import Obj, times
 
 CRD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
@@ -18,7 +20,50 @@ def _names(crd: Mapping[str, Any]) -> Mapping[str, Any]:
     return names if isinstance(names, Mapping) else {}
 
 
-def validation_causes(crd: Obj) -> list[Cause]:
+APPROVAL_ANNOTATION = "api-approved.kubernetes.io"
+PROTECTED_DOMAINS = ("k8s.io", "kubernetes.io")
+
+
+def is_protected_group(group: str) -> bool:
+    """Groups of the Kubernetes project, whose APIs need an approved API review."""
+    return any(group == d or group.endswith("." + d) for d in PROTECTED_DOMAINS)
+
+
+def group_causes(crd: Obj, group: Any) -> list[Cause]:
+    """kube-apiserver's rules for spec.group: a DNS subdomain with a dot, and an approval
+    annotation (an API review URL, or text starting with "unapproved") for the project's own
+    domains."""
+    if not isinstance(group, str):
+        return [Cause("FieldValueInvalid", f"Invalid value: {group!r}: must be a string", "spec.group")]
+    causes = fields.each("spec.group", group, fields.dns1123_subdomain(group))
+    if "." not in group:
+        causes.append(Cause("FieldValueInvalid", f'Invalid value: "{group}": should be a domain with at least '
+                            "one dot", "spec.group"))
+    if is_protected_group(group):
+        annotations = (crd.get("metadata") or {}).get("annotations") or {}
+        field = f"metadata.annotations[{APPROVAL_ANNOTATION}]"
+        value = annotations.get(APPROVAL_ANNOTATION) if isinstance(annotations, dict) else None
+        if value is None:
+            causes.append(Cause("FieldValueRequired", f'Required value: protected groups must have approval '
+                                f'annotation "{APPROVAL_ANNOTATION}", see '
+                                "https://github.com/kubernetes/enhancements/pull/1111", field))
+        elif not _approval_ok(str(value)):
+            causes.append(Cause("FieldValueInvalid", f'Invalid value: "{value}": protected groups must have '
+                                'approval annotation with a URL or a reason starting with "unapproved"', field))
+    return causes
+
+
+def _approval_ok(value: str) -> bool:
+    if value.startswith("unapproved"):
+        return True
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def validation_causes(crd: Obj, builtin: Callable[[str, str], bool] = lambda group, plural: False) -> list[Cause]:
+    """Why `crd` cannot be stored; `builtin(group, plural)` says whether a resource is one the
+    server has built in (a CRD may never define those: it would shadow the built-in API, and
+    deleting it would delete the built-in objects)."""
     spec = crd.get("spec")
     if not isinstance(spec, dict):
         return [Cause("FieldValueRequired", "Required value", "spec")]
@@ -28,6 +73,8 @@ def validation_causes(crd: Obj) -> list[Cause]:
     plural = names.get("plural")
     if not group:
         causes.append(Cause("FieldValueRequired", "Required value", "spec.group"))
+    else:
+        causes += group_causes(crd, group)
     if not plural:
         causes.append(Cause("FieldValueRequired", "Required value", "spec.names.plural"))
     if not names.get("kind"):
@@ -36,6 +83,9 @@ def validation_causes(crd: Obj) -> list[Cause]:
     if group and plural and name != f"{plural}.{group}":
         causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
                             "metadata.name"))
+    if isinstance(group, str) and isinstance(plural, str) and builtin(group, plural):
+        causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": {plural}.{group} is built into '
+                            "the API server; a CustomResourceDefinition cannot define it", "metadata.name"))
     if spec.get("scope") not in ("Namespaced", "Cluster"):
         causes.append(Cause("FieldValueNotSupported",
                             f'Unsupported value: "{spec.get("scope")}": supported values: "Cluster", "Namespaced"',

@@ -39,6 +39,7 @@ class ApiError(Exception):
         return self.code == 404
 
     def status(self) -> dict[str, Any]:
+        """The `metav1.Status`, fields in kube-apiserver's order (clients compare the bytes)."""
         details: dict[str, Any] = {}
         if self.name:
             details["name"] = self.name
@@ -48,17 +49,14 @@ class ApiError(Exception):
             details["kind"] = self.kind
         if self.causes:
             details["causes"] = [c.to_dict() for c in self.causes]
-        body: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
+        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+        if self.message:
+            body["message"] = self.message
+        if self.reason:  # an error the server could not classify has no reason (StatusReasonUnknown)
+            body["reason"] = self.reason
         if details:
             body["details"] = details
+        body["code"] = self.code
         return body
 
 
@@ -87,10 +85,14 @@ def conflict(resource: str, name: str, group: str = "", detail: str = "") -> Api
 
 
 def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> ApiError:
-    """422 Invalid; `kind` here is the Kind (the real server's message starts with it)."""
-    summary = ", ".join(f"{c.field}: {c.message}" if c.field else c.message for c in causes)
+    """422 Invalid; `kind` here is the Kind (the real server's message starts with it). The
+    message joins the causes as upstream's aggregate error does: one as is, several in brackets,
+    repeats once."""
+    texts = list(dict.fromkeys(f"{c.field}: {c.message}" if c.field else c.message for c in causes))
+    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
     qualified = f"{kind}.{group}" if group else kind
-    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', name=name, kind=kind, group=group, causes=causes)
+    message = f'{qualified} "{name}" is invalid: {summary}' if texts else f'{qualified} "{name}" is invalid'
+    return ApiError(422, "Invalid", message, name=name, kind=kind, group=group, causes=causes)
 
 
 def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> ApiError:
@@ -99,6 +101,10 @@ def method_not_allowed(message: str = "the server does not allow this method on 
 
 def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
     return ApiError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - accepted media types include: {", ".join(accepted)}' if not content_type else f'{content_type} is unsupported - accepted media types include: {", ".join(accepted)}')
+
+
+def too_large(message: str) -> ApiError:
+    return ApiError(413, "RequestEntityTooLarge", message)
 
 
 def expired(message: str) -> ApiError:

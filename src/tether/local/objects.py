@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import base64
 import copy
-import re
 import secrets
 import uuid
 from typing import Any
 
-from tether.local.errors import Cause
 from tether.objects import Obj
 
 GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-# Kinds whose names must be DNS-1123 labels rather than subdomains.
-LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
-# Kinds whose names are path segments only (no DNS rule), like RBAC objects.
-PATH_NAMED_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "Event"})
 
 
 
@@ -29,138 +21,6 @@ def new_uid() -> str:
 
 def generated_name(prefix: str) -> str:
     return prefix + "".join(secrets.choice(GENERATE_ALPHABET) for _ in range(5))
-
-
-def name_causes(kind: str, name: str) -> list[Cause]:
-    if kind in PATH_NAMED_KINDS:
-        bad = name in (".", "..") or "/" in name or "%" in name
-        return [Cause("FieldValueInvalid", f'Invalid value: "{name}": may not contain \'/\' or \'%\'', "metadata.name")] if bad else []
-    if kind in LABEL_NAMED_KINDS:
-        if len(name) > 63 or not DNS1123_LABEL.match(name):
-            msg = (
-                f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case alphanumeric '
-                "characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  "
-                "or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-            )
-            return [Cause("FieldValueInvalid", msg, "metadata.name")]
-        return []
-    if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
-        msg = (
-            f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
-            "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
-            "'example.com', regex used for validation is "
-            "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-        )
-        return [Cause("FieldValueInvalid", msg, "metadata.name")]
-    return []
-
-
-def _required(field: str) -> Cause:
-    return Cause("FieldValueRequired", "Required value", field)
-
-
-def _pod_spec_causes(spec: Any, prefix: str) -> list[Cause]:
-    if not isinstance(spec, dict):
-        return [_required(prefix)]
-    containers = spec.get("containers")
-    if not containers:
-        return [_required(f"{prefix}.containers")]
-    causes: list[Cause] = []
-    seen: set[str] = set()
-    for i, container in enumerate(containers):
-        where = f"{prefix}.containers[{i}]"
-        if not isinstance(container, dict):
-            causes.append(Cause("FieldValueTypeInvalid", "must be an object", where))
-            continue
-        name = container.get("name")
-        if not name:
-            causes.append(_required(f"{where}.name"))
-        elif not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
-            causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": a lowercase RFC 1123 label '
-                                "must consist of lower case alphanumeric characters or '-'", f"{where}.name"))
-        elif name in seen:
-            causes.append(Cause("FieldValueDuplicate", f'Duplicate value: "{name}"', f"{where}.name"))
-        else:
-            seen.add(str(name))
-        if not container.get("image"):
-            causes.append(_required(f"{where}.image"))
-    causes += _volume_causes(spec.get("volumes"), prefix)
-    return causes
-
-
-def _volume_causes(volumes: Any, prefix: str) -> list[Cause]:
-    """Volume names are DNS labels and projected paths stay inside the volume (no `..`, not absolute)."""
-    causes: list[Cause] = []
-    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
-        if not isinstance(volume, dict):
-            continue
-        name = volume.get("name")
-        if not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
-            causes.append(Cause("FieldValueInvalid", f'Invalid value: "{name}": a lowercase RFC 1123 label '
-                                "must consist of lower case alphanumeric characters or '-'",
-                                f"{prefix}.volumes[{i}].name"))
-        for source in ("configMap", "secret"):
-            for j, item in enumerate((volume.get(source) or {}).get("items") or []):
-                path = str((item or {}).get("path", ""))
-                if not path or path.startswith("/") or ".." in path.split("/"):
-                    causes.append(Cause("FieldValueInvalid", f'Invalid value: "{path}": must be a relative path '
-                                        "without '..'", f"{prefix}.volumes[{i}].{source}.items[{j}].path"))
-    return causes
-
-
-def _template_spec(obj: Obj, *path: str) -> Any:
-    node: Any = obj
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node
-
-
-def kind_causes(group: str, kind: str, obj: Obj) -> list[Cause]:
-    """The checks users hit most often; the real server checks far more."""
-    if group == "" and kind == "Pod":
-        return _pod_spec_causes(obj.get("spec"), "spec")
-    if group in ("apps", "batch") and kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job"):
-        causes = []
-        if kind != "Job" and not _template_spec(obj, "spec", "selector"):
-            causes.append(_required("spec.selector"))
-        causes += _pod_spec_causes(_template_spec(obj, "spec", "template", "spec"), "spec.template.spec")
-        selector = _template_spec(obj, "spec", "selector", "matchLabels") or {}
-        labels = _template_spec(obj, "spec", "template", "metadata", "labels") or {}
-        if kind != "Job" and isinstance(selector, dict) and isinstance(labels, dict) and any(
-            labels.get(k) != v for k, v in selector.items()
-        ):
-            causes.append(Cause("FieldValueInvalid", "Invalid value: map[string]string{}: `selector` does not "
-                                "match template `labels`", "spec.template.metadata.labels"))
-        replicas = _template_spec(obj, "spec", "replicas")
-        if kind in ("Deployment", "ReplicaSet", "StatefulSet") and replicas is not None:
-            if not isinstance(replicas, int) or isinstance(replicas, bool):
-                causes.append(Cause("FieldValueTypeInvalid", f'Invalid value: "{replicas}": spec.replicas in body '
-                                    "must be of type integer", "spec.replicas"))
-            elif replicas < 0:
-                causes.append(Cause("FieldValueInvalid", f"Invalid value: {replicas}: must be greater than or "
-                                    "equal to 0", "spec.replicas"))
-        return causes
-    if group == "" and kind == "Service":
-        spec = obj.get("spec") or {}
-        ports = spec.get("ports") or []
-        causes = []
-        if not ports and spec.get("type", "ClusterIP") != "ExternalName" and spec.get("clusterIP") != "None":
-            causes.append(_required("spec.ports"))
-        for i, port in enumerate(ports):
-            if not isinstance(port, dict) or not isinstance(port.get("port"), int):
-                causes.append(_required(f"spec.ports[{i}].port"))
-        return causes
-    if group == "" and kind in ("ConfigMap", "Secret"):
-        causes = []
-        for field in ("data", "binaryData", "stringData"):
-            values = obj.get(field)
-            if values is not None and not isinstance(values, dict):
-                causes.append(Cause("FieldValueTypeInvalid", "must be a map", field))
-            elif values:
-                causes += [Cause("FieldValueTypeInvalid", "must be a string", f"{field}[{key}]")
-                           for key, value in values.items() if not isinstance(value, str)]
-        return causes
-    return []
 
 
 def image_pull_policy(image: str) -> str:
@@ -175,7 +35,13 @@ def image_pull_policy(image: str) -> str:
 def _default_container(container: Obj) -> None:
     container.setdefault("terminationMessagePath", "/dev/termination-log")
     container.setdefault("terminationMessagePolicy", "File")
-    container.setdefault("resources", {})
+    resources = container.setdefault("resources", {})
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
+        # A limit without a request is also the request (SetDefaults_Pod).
+        requests = resources.setdefault("requests", {})
+        if isinstance(requests, dict):
+            for name, value in resources["limits"].items():
+                requests.setdefault(name, value)
     if isinstance(container.get("image"), str):
         container.setdefault("imagePullPolicy", image_pull_policy(container["image"]))
     for port in container.get("ports") or []:
@@ -218,7 +84,7 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
                 tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
                                     "tolerationSeconds": 300})
         obj.setdefault("status", {}).setdefault("phase", "Pending")
-        obj["status"].setdefault("qosClass", "BestEffort")
+        obj["status"].setdefault("qosClass", qos_class(spec))
     elif group == "apps" and kind == "Deployment":
         spec = obj.setdefault("spec", {})
         spec.setdefault("replicas", 1)
@@ -247,9 +113,17 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         _default_template(obj)
     elif group == "batch" and kind == "Job":
         spec = obj.setdefault("spec", {})
-        spec.setdefault("backoffLimit", 6)
-        spec.setdefault("completions", 1)
+        # Both unset: one pod, once. `parallelism` alone is a work queue: completions stay unset.
+        if "completions" not in spec and "parallelism" not in spec:
+            spec["completions"] = 1
         spec.setdefault("parallelism", 1)
+        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        spec.setdefault("podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
+        template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
+        if template_labels and not obj.setdefault("metadata", {}).get("labels"):
+            obj["metadata"]["labels"] = dict(template_labels)
         _default_template(obj)
     elif group == "" and kind == "Service":
         spec = obj.setdefault("spec", {})
@@ -259,6 +133,10 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
             spec.setdefault("ipFamilies", ["IPv4"])
             spec.setdefault("ipFamilyPolicy", "SingleStack")
             spec.setdefault("internalTrafficPolicy", "Cluster")
+        if spec["type"] in ("NodePort", "LoadBalancer"):
+            spec.setdefault("externalTrafficPolicy", "Cluster")
+        if spec["type"] == "LoadBalancer":
+            spec.setdefault("allocateLoadBalancerNodePorts", True)
         for port in spec.get("ports") or []:
             if isinstance(port, dict):
                 port.setdefault("protocol", "TCP")
@@ -268,15 +146,99 @@ def apply_defaults(group: str, kind: str, obj: Obj) -> None:
         obj.setdefault("type", "Opaque")
         string_data = obj.pop("stringData", None)
         if isinstance(string_data, dict):
-            data = obj.setdefault("data", {})
+            if obj.get("data") is None:
+                obj["data"] = {}
+            data = obj["data"]
+            if not isinstance(data, dict):
+                obj["stringData"] = string_data  # left for validation to name
+                return
             for key, value in string_data.items():
                 data[key] = base64.b64encode(str(value).encode()).decode()
+    elif group == "" and kind == "PersistentVolumeClaim":
+        obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+    elif group == "" and kind == "PersistentVolume":
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
+        spec.setdefault("volumeMode", "Filesystem")
+    elif group == "batch" and kind == "CronJob":
+        spec = obj.setdefault("spec", {})
+        job_template = spec.get("jobTemplate")
+        template = job_template.get("spec", {}).get("template") if isinstance(job_template, dict) else None
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            template.setdefault("metadata", {})
+            default_pod_spec(template["spec"])
+        spec.setdefault("concurrencyPolicy", "Allow")
+        spec.setdefault("suspend", False)
+        spec.setdefault("successfulJobsHistoryLimit", 3)
+        spec.setdefault("failedJobsHistoryLimit", 1)
+    elif group == "apiregistration.k8s.io" and kind == "APIService":
+        service = obj.setdefault("spec", {}).get("service")
+        if isinstance(service, dict):
+            service.setdefault("port", 443)
     elif group == "" and kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj.setdefault("status", {}).setdefault("phase", "Active")
         name = obj.get("metadata", {}).get("name")
         if name:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+    default_status(group, kind, obj)
+
+
+# The status of these kinds as kube-apiserver always shows it: their Go status structs encode
+# these fields even when empty (no `omitempty`), so a fresh object reads like this.
+EMPTY_STATUS: dict[tuple[str, str], Obj] = {
+    ("", "Service"): {"loadBalancer": {}},
+    ("networking.k8s.io", "Ingress"): {"loadBalancer": {}},
+    ("", "ReplicationController"): {"replicas": 0},
+    ("apps", "Deployment"): {},
+    ("apps", "ReplicaSet"): {"replicas": 0},
+    ("apps", "StatefulSet"): {"replicas": 0, "availableReplicas": 0},
+    ("apps", "DaemonSet"): {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                            "numberReady": 0},
+    ("batch", "Job"): {},
+    ("batch", "CronJob"): {},
+    ("", "ResourceQuota"): {},
+    ("autoscaling", "HorizontalPodAutoscaler"): {"desiredReplicas": 0},
+    ("policy", "PodDisruptionBudget"): {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                                        "expectedPods": 0},
+    ("", "PersistentVolumeClaim"): {"phase": "Pending"},
+    ("", "PersistentVolume"): {"phase": "Pending"},
+}
+
+
+def default_status(group: str, kind: str, obj: Obj) -> None:
+    """Fill the status fields kube-apiserver always returns (see EMPTY_STATUS); the status dict
+    is replaced, not changed, because a status write may share it with the stored object."""
+    empty = EMPTY_STATUS.get((group, kind))
+    if empty is None:
+        return
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        obj["status"] = copy.deepcopy(empty)
+    elif any(key not in status for key in empty):
+        obj["status"] = {**copy.deepcopy(empty), **status}
+
+
+def qos_class(spec: Obj) -> str:
+    """The pod's QoS class from its containers' requests and limits (the kubelet's rule)."""
+    containers = [c for key in ("containers", "initContainers") for c in spec.get(key) or [] if isinstance(c, dict)]
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    guaranteed = True
+    for container in containers:
+        resources = container.get("resources") or {}
+        container_requests = resources.get("requests") or {}
+        container_limits = resources.get("limits") or {}
+        for name in ("cpu", "memory"):
+            if name in container_requests:
+                requests[name] = container_requests[name]
+            if name in container_limits:
+                limits[name] = container_limits[name]
+            if name not in container_limits or container_requests.get(name, container_limits[name]) != container_limits[name]:
+                guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def default_job_selector(job: Obj) -> None:

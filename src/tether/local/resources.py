@@ -64,6 +64,7 @@ def _t(
     namespaced: bool = True,
     short: tuple[str, ...] = (),
     all_category: bool = False,
+    categories: tuple[str, ...] = (),
     status: bool = False,
     scale: bool = False,
     sub: tuple[str, ...] = (),
@@ -78,7 +79,7 @@ def _t(
         kind=kind,
         namespaced=namespaced,
         short_names=short,
-        categories=("all",) if all_category else (),
+        categories=("all",) if all_category else categories,
         verbs=verbs,
         status=status,
         scale=ScalePaths(label_selector=".status.selector") if scale else None,
@@ -90,6 +91,7 @@ def _t(
 
 
 CREATE_ONLY = ("create",)
+READ_ONLY = ("get", "list")
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
     # core/v1
@@ -142,7 +144,13 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
     # apiextensions
     _t("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
-       namespaced=False, short=("crd", "crds"), status=True, gen=True),
+       namespaced=False, short=("crd", "crds"), categories=("api-extensions",), status=True, gen=True),
+    # apiregistration: APIServices are stored; the local groups are marked Local (apiservices.py)
+    _t("apiregistration.k8s.io", "v1", "APIService", "apiservices", namespaced=False,
+       categories=("api-extensions",), status=True),
+    # metrics (what metrics-server serves): computed on each read, never stored (local/metrics)
+    _t("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", namespaced=False, verbs=READ_ONLY),
+    _t("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", verbs=READ_ONLY),
     # reviews: create-only, never stored
     _t("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews",
        namespaced=False, verbs=CREATE_ONLY),
@@ -157,12 +165,39 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", namespaced=False, verbs=CREATE_ONLY),
 )
 
-# Kinds that must exist before others: discovery lists groups in this order.
-GROUP_ORDER = (
-    "", "apps", "batch", "autoscaling", "discovery.k8s.io", "networking.k8s.io", "coordination.k8s.io",
-    "policy", "scheduling.k8s.io", "storage.k8s.io", "rbac.authorization.k8s.io", "apiextensions.k8s.io",
-    "authorization.k8s.io", "authentication.k8s.io",
-)
+BUILTIN_RESOURCES: frozenset[tuple[str, str]] = frozenset((rt.group, rt.plural) for rt in BUILTIN_TYPES)
+
+# Each built-in group's APIService priorities, as kube-apiserver registers them:
+# group -> (groupPriorityMinimum, versionPriority). Discovery lists groups by priority, highest
+# first, then by name; custom resources' groups come at 1000 (their versions at 100).
+GROUP_PRIORITY: dict[str, tuple[int, int]] = {
+    "": (18000, 1),
+    "apiregistration.k8s.io": (18000, 15),
+    "apps": (17800, 15),
+    "events.k8s.io": (17750, 15),
+    "authentication.k8s.io": (17700, 15),
+    "authorization.k8s.io": (17600, 15),
+    "autoscaling": (17500, 30),
+    "batch": (17400, 15),
+    "certificates.k8s.io": (17300, 15),
+    "networking.k8s.io": (17200, 15),
+    "policy": (17100, 15),
+    "rbac.authorization.k8s.io": (17000, 15),
+    "storage.k8s.io": (16800, 15),
+    "admissionregistration.k8s.io": (16700, 15),
+    "apiextensions.k8s.io": (16700, 15),
+    "scheduling.k8s.io": (16600, 15),
+    "coordination.k8s.io": (16500, 15),
+    "node.k8s.io": (16300, 15),
+    "discovery.k8s.io": (16200, 15),
+    "flowcontrol.apiserver.k8s.io": (16100, 21),
+    "metrics.k8s.io": (100, 100),  # metrics-server's APIService
+}
+CUSTOM_GROUP_PRIORITY = (1000, 100)
+
+
+def group_priority(group: str) -> tuple[int, int]:
+    return GROUP_PRIORITY.get(group, CUSTOM_GROUP_PRIORITY)
 
 
 @dataclass
@@ -178,6 +213,10 @@ class Registry:
         for rt in BUILTIN_TYPES:
             registry._types[(rt.group, rt.version, rt.plural)] = rt
         return registry
+
+    def is_builtin(self, group: str, plural: str) -> bool:
+        """Whether `plural.group` is served by the server itself (never by a CRD)."""
+        return (group, plural) in BUILTIN_RESOURCES
 
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._types.get((group, version, plural))
@@ -213,7 +252,7 @@ class Registry:
                     versions.append(rt.version)
 
         def order(group: str) -> tuple[int, str]:
-            return (GROUP_ORDER.index(group), "") if group in GROUP_ORDER else (len(GROUP_ORDER), group)
+            return (-group_priority(group)[0], group)
 
         return {g: out[g] for g in sorted(out, key=order)}
 
@@ -225,14 +264,26 @@ class Registry:
 
     def set_crd_types(self, crd_name: str, types: list[ResourceType]) -> None:
         self.remove_crd_types(crd_name)
+        # A CRD stored before creation refused built-in names must still not replace them.
+        types = [rt for rt in types if not self.is_builtin(rt.group, rt.plural)]
         for rt in types:
             self._types[(rt.group, rt.version, rt.plural)] = rt
         self._crd_owner[crd_name] = [(rt.group, rt.version, rt.plural) for rt in types]
+        self._custom_keys = self._storage_keys_of_crds()
         self.generation += 1
 
     def remove_crd_types(self, crd_name: str) -> None:
         for key in self._crd_owner.pop(crd_name, []):
             self._types.pop(key, None)
+        self._custom_keys = self._storage_keys_of_crds()
         self.generation += 1
 
+    def is_custom(self, storage_key: str) -> bool:
+        """Whether a storage key holds custom resources (asked on every write: a set lookup)."""
+        return storage_key in self._custom_keys
+
+    def _storage_keys_of_crds(self) -> frozenset[str]:
+        return frozenset(f"{group}/{plural}" for keys in self._crd_owner.values() for group, _, plural in keys)
+
     _crd_owner: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    _custom_keys: frozenset[str] = frozenset()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.local.limits import MAX_OBJECT_BYTES
 from tether.objects import Obj
 
 WATCH_QUEUE_LIMIT = 10_000
@@ -37,6 +38,15 @@ class KeyMissing(StoreError):
 
 class RevisionMismatch(StoreError):
     pass
+
+
+class ObjectTooLarge(StoreError):
+    """The object's JSON is larger than the store keeps (etcd's request limit, 1.5 MiB)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the object is {size} bytes as JSON; the limit is {limit}")
+        self.size = size
+        self.limit = limit
 
 
 class Compacted(StoreError):
@@ -114,8 +124,8 @@ class Watcher:
         self._store.unwatch(self)
 
 
-def _encode(obj: Obj) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def _encode(obj: Obj, sort_keys: bool = False) -> str:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys)
 
 
 class Store:
@@ -139,11 +149,15 @@ class Store:
             """
         )
         self.compact_keep = compact_keep
+        self.max_object_bytes = MAX_OBJECT_BYTES
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._watchers: set[Watcher] = set()
         self._listeners: list[tuple[frozenset[str], Callable[[Event], None]]] = []
         # The object of the latest write with its JSON, so the write's response reuses it.
         self._last_written: tuple[Obj, str] | None = None
+        # Which resources are encoded with sorted keys (custom resources, as kube-apiserver
+        # encodes them); set by the API's operations, which know the types.
+        self.sort_keys: Callable[[str], bool] = lambda resource: False
         self.revision = 0
         self.compacted = 0
         self._load()
@@ -194,7 +208,9 @@ class Store:
                 prev_rv: int) -> tuple[int, str]:
         rv = self.revision + 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        text = _encode(obj)
+        text = _encode(obj, self.sort_keys(resource))
+        if len(text) > self.max_object_bytes and event_type != "DELETED":
+            raise ObjectTooLarge(len(text), self.max_object_bytes)
         self._db.execute(
             "INSERT INTO log (rv, resource, namespace, name, type, obj, prev_rv) VALUES (?,?,?,?,?,?,?)",
             (rv, resource, namespace, name, event_type, text, prev_rv),
@@ -248,7 +264,7 @@ class Store:
         prev_rv = int(prev["metadata"]["resourceVersion"])
         if expect_rv is not None and expect_rv != str(prev_rv):
             raise RevisionMismatch(name)
-        final: Obj = json.loads(_encode(prev))
+        final: Obj = json.loads(_encode(prev, self.sort_keys(resource)))
         rv, text = self._append("DELETED", resource, namespace, name, final, prev_rv)
         del bucket[(namespace, name)]
         self._notify(Event("DELETED", rv, resource, namespace, name, final, prev, text))

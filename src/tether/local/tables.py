@@ -651,6 +651,17 @@ def _networkpolicy_cells(obj: Obj, now: datetime) -> list[Cell]:
     ]
 
 
+def _apiservice_cells(obj: Obj, now: datetime) -> list[Cell]:
+    service = _get(obj, "spec.service")
+    where = f"{service.get('namespace', '')}/{service.get('name', '')}" if isinstance(service, dict) else "Local"
+    available = "Unknown"
+    for condition in _get(obj, "status.conditions", []) or []:
+        if isinstance(condition, dict) and condition.get("type") == "Available":
+            status, reason = str(condition.get("status", "")), str(condition.get("reason") or "")
+            available = status if status == "True" or not reason else f"{status} ({reason})"
+    return [_name(obj), where, available, _age(obj, now)]
+
+
 def _created_at_cells(obj: Obj, now: datetime) -> list[Cell]:
     return [_name(obj), _rfc3339(_get(obj, "metadata.creationTimestamp"))]
 
@@ -876,6 +887,11 @@ _PRINTERS: dict[tuple[str, str], _Printer] = {
     ("rbac.authorization.k8s.io", "RoleBinding"): _BINDING,
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _BINDING,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _CREATED_AT,
+    ("apiregistration.k8s.io", "APIService"): _Printer(
+        (NAME, Column("Service", description="The reference to the service that hosts this API endpoint."),
+         Column("Available", description="Whether this service is available."), AGE),
+        _apiservice_cells,
+    ),
     ("storage.k8s.io", "StorageClass"): _Printer(
         (
             NAME,

@@ -12,6 +12,14 @@ What the real control plane does, in one module:
   user is `system:serviceaccount:<namespace>:<name>`;
 - `POST .../serviceaccounts/<name>/token` (TokenRequest) issues bound, expiring tokens, which is
   what `kubectl create token` calls;
+- the ServiceAccount admission plugin gives each new pod (unless `automountServiceAccountToken`
+  is false on the pod, or on its ServiceAccount when the pod does not say) the projected
+  `kube-api-access-<suffix>` volume (token, `ca.crt`, `namespace`), mounted read-only at
+  `/var/run/secrets/kubernetes.io/serviceaccount` in every container; the kubelet fills it with
+  a token bound to the pod (`pod_token`), which stops authenticating once the pod is gone.
+  Asked for the admission's 3607 s, the token is valid for a year but rotated hourly, as
+  kube-apiserver's `--service-account-extend-token-expiration` does for clients that never
+  re-read the file;
 - bootstrap tokens (`tether.local.bootstrap_tokens`) authenticate as kube-apiserver's
   bootstrap-token authenticator says, and the token controller deletes them once expired.
 
@@ -28,6 +36,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -44,13 +53,14 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 
 from tether.engine import Engine, RequeueAfter
-from tether.local import bootstrap_tokens
+from tether.local import bootstrap_tokens, encoding
 from tether.local.errors import ApiError, bad_request, method_not_allowed
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
 from tether.local.store import Store, WatchOverflow
 from tether.net.httpserver import Reply, Request, Response
 from tether.objects import Obj, times
+from tether.objects.podfiles import SERVICE_ACCOUNT_DIR
 
 if TYPE_CHECKING:
     from tether.local.cluster import Component, LocalCluster
@@ -69,6 +79,12 @@ DEFAULT_EXPIRATION_S = 3600
 MIN_EXPIRATION_S = 600
 MAX_EXPIRATION_S = 2**32
 NEW_SECRET_GRACE_S = 5.0  # a token Secret may be created just before its ServiceAccount
+ACCESS_VOLUME_PREFIX = "kube-api-access-"
+ADMISSION_EXPIRATION_S = 3607  # what the admission plugin asks for: "extend me" to kube-apiserver
+EXTENDED_EXPIRATION_S = 365 * 24 * 3600
+REFRESH_AT = 0.8  # the kubelet renews a token after 80 % of its requested life
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 SERVICEACCOUNTS = "/serviceaccounts"
 SECRETS = "/secrets"
@@ -178,6 +194,33 @@ def bound_claims(namespace: str, sa: Obj, audiences: list[str], expiration_s: in
     }
 
 
+def pod_claims(pod: Obj, sa: Obj, node: Obj | None, audiences: list[str], expiration_s: int,
+               now: float) -> Obj:
+    """Claims of a token bound to a pod (and its node), as the kubelet asks for them."""
+    meta = pod["metadata"]
+    namespace = str(meta.get("namespace", ""))
+    claims = bound_claims(namespace, sa, audiences, expiration_s, now)
+    info = claims["kubernetes.io"]
+    info["pod"] = {"name": meta["name"], "uid": meta.get("uid", "")}
+    if node is not None:
+        info["node"] = {"name": node["metadata"]["name"], "uid": node["metadata"].get("uid", "")}
+    if expiration_s == ADMISSION_EXPIRATION_S:
+        claims["exp"] = int(now) + EXTENDED_EXPIRATION_S
+        info["warnafter"] = int(now) + expiration_s
+    return claims
+
+
+def pod_token(signer: Signer, pod: Obj, sa: Obj, node: Obj | None, source: Mapping[str, Any],
+              now: float) -> tuple[str, float]:
+    """A projected `serviceAccountToken` source's token, and when the kubelet should renew it."""
+    expiration_s = source.get("expirationSeconds")
+    if not isinstance(expiration_s, int) or expiration_s < MIN_EXPIRATION_S:
+        expiration_s = DEFAULT_EXPIRATION_S
+    audiences = [str(source["audience"])] if source.get("audience") else [ISSUER]
+    token = signer.sign(pod_claims(pod, sa, node, audiences, expiration_s, now))
+    return token, now + REFRESH_AT * expiration_s
+
+
 def check_claims(claims: Mapping[str, Any], store: Store, now: float) -> str | None:
     """The user a verified token stands for, if its claims still hold against the store."""
     if claims.get("iss") != ISSUER:
@@ -201,6 +244,11 @@ def check_claims(claims: Mapping[str, Any], store: Store, now: float) -> str | N
     sa = store.get(SERVICEACCOUNTS, namespace, str(sa_ref.get("name", "")))
     if sa is None or sa["metadata"].get("uid") != sa_ref.get("uid") or sa["metadata"].get("deletionTimestamp"):
         return None
+    pod_ref = info.get("pod")
+    if isinstance(pod_ref, dict):  # bound to a pod: only while that very pod exists
+        pod = store.get("/pods", namespace, str(pod_ref.get("name", "")))
+        if pod is None or pod["metadata"].get("uid") != pod_ref.get("uid"):
+            return None
     secret_ref = info.get("secret")
     if isinstance(secret_ref, dict):
         secret = store.get(SECRETS, namespace, str(secret_ref.get("name", "")))
@@ -450,11 +498,75 @@ class TokenRequestHandler:
             "spec": spec,
             "status": {"token": token, "expirationTimestamp": expires},
         }
-        return Response(201, json.dumps(answer, separators=(",", ":")).encode())
+        return Response(201, encoding.body(answer))
+
+
+# ServiceAccount admission ---------------------------------------------------------------------
+
+
+def access_volume(name: str) -> Obj:
+    """The projected volume the ServiceAccount admission plugin adds (kube-apiserver's order)."""
+    return {"name": name, "projected": {
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": ADMISSION_EXPIRATION_S, "path": "token"}},
+            {"configMap": {"name": ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ],
+        "defaultMode": 0o644,
+    }}
+
+
+def should_automount(pod: Obj, sa: Obj | None) -> bool:
+    """The pod's `automountServiceAccountToken` decides; unset, its ServiceAccount's; else yes."""
+    own = (pod.get("spec") or {}).get("automountServiceAccountToken")
+    if isinstance(own, bool):
+        return own
+    inherited = (sa or {}).get("automountServiceAccountToken")
+    return inherited if isinstance(inherited, bool) else True
+
+
+def mount_service_account_token(pod: Obj, sa: Obj | None, suffix: str) -> None:
+    """What the admission plugin does to a new pod (in place)."""
+    meta = pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}) or not should_automount(pod, sa):
+        return
+    spec = pod.setdefault("spec", {})
+    volumes = spec.get("volumes") or []
+    existing = next((v["name"] for v in volumes if isinstance(v, dict)
+                     and str(v.get("name", "")).startswith(ACCESS_VOLUME_PREFIX)), None)
+    name = existing or ACCESS_VOLUME_PREFIX + suffix
+    mounted = False
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or []:
+            if not isinstance(container, dict):
+                continue
+            mounts = container.setdefault("volumeMounts", [])
+            if any(isinstance(m, dict) and m.get("mountPath") == SERVICE_ACCOUNT_DIR for m in mounts):
+                continue
+            mounts.append({"name": name, "readOnly": True, "mountPath": SERVICE_ACCOUNT_DIR})
+            mounted = True
+    if mounted and existing is None:
+        spec["volumes"] = [*volumes, access_volume(name)]
+
+
+def service_account_admission(store: Store) -> Callable[[ResourceType, Obj, Obj | None], None]:
+    def admit(rt: ResourceType, obj: Obj, current: Obj | None) -> None:
+        if current is not None or rt.group != "" or rt.kind != "Pod":
+            return
+        meta = obj.get("metadata") or {}
+        sa_name = str((obj.get("spec") or {}).get("serviceAccountName") or DEFAULT_SA)
+        sa = store.get(SERVICEACCOUNTS, str(meta.get("namespace", "")), sa_name)
+        suffix = "".join(random.choice(NAME_ALPHABET) for _ in range(5))
+        mount_service_account_token(obj, sa, suffix)
+
+    return admit
 
 
 def build(cluster: LocalCluster) -> list[Component]:
-    """The token controller; registers the TokenRequest subresource on the cluster's API server."""
+    """The token controller; registers the TokenRequest subresource and the ServiceAccount
+    admission plugin on the cluster's API server."""
     signer = Signer.load_or_create(cluster.config.data_dir / "pki")
     cluster.api.subresource_handlers["token"] = TokenRequestHandler(cluster.ops, signer)
+    cluster.ops.admission.append(service_account_admission(cluster.store))
     return [TokenController(cluster.ops, signer, cluster.pki.ca_cert.read_bytes())]

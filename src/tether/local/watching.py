@@ -26,18 +26,20 @@ class WatchRequest:
     initial: Callable[[], list[Obj]]  # the current state, used when since is "" or "0"
     bookmark_object: Callable[[str], Obj]  # an empty object of the kind carrying only a RV
     render: Callable[[Obj, bool], Obj]  # (object, first event) -> what goes on the wire
+    sort_keys: bool = False  # custom resources: encoded as maps, keys sorted (see encoding.py)
 
 
-def _line(event_type: str, obj: Obj) -> bytes:
-    return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+def _line(event_type: str, obj: Obj, sort_keys: bool = False) -> bytes:
+    return b'{"type":"%s","object":%s}\n' % (
+        event_type.encode(), json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys).encode())
 
 
-def _event_line(event_type: str, event: Event, rendered: Obj) -> bytes:
+def _event_line(event_type: str, event: Event, rendered: Obj, sort_keys: bool = False) -> bytes:
     """`_line(event_type, rendered)`, reusing the event's JSON when `rendered` is its object: one
     write fans out to every watcher, and each would encode the same object again."""
     if rendered is event.obj and event.text:
         return b'{"type":"%s","object":%s}\n' % (event_type.encode(), event.text.encode())
-    return _line(event_type, rendered)
+    return _line(event_type, rendered, sort_keys)
 
 
 def _transition(event: Event, matches: Callable[[Obj], bool]) -> str | None:
@@ -89,19 +91,19 @@ async def _events(store: Store, request: WatchRequest, watcher: Watcher, history
         if start_with_state:
             for obj in initial:
                 if request.matches(obj):
-                    yield _line("ADDED", request.render(obj, first))
+                    yield _line("ADDED", request.render(obj, first), request.sort_keys)
                     first = False
             if request.send_initial_events:
                 mark = request.bookmark_object(str(since))
                 mark["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
-                yield _line("BOOKMARK", mark)
+                yield _line("BOOKMARK", mark, request.sort_keys)
         last_rv = since
         try:
             for past in history:
                 kind = _transition(past, request.matches)
                 last_rv = past.revision
                 if kind:
-                    yield _event_line(kind, past, request.render(past.obj, first))
+                    yield _event_line(kind, past, request.render(past.obj, first), request.sort_keys)
                     first = False
         except Compacted as exc:  # compacted while a long history was being replayed
             yield error_event(expired(str(exc)).status())
@@ -117,7 +119,7 @@ async def _events(store: Store, request: WatchRequest, watcher: Watcher, history
                     # the queue drained the bookmark may claim it; with events still queued it
                     # must not, or a client resuming from it would skip them.
                     if request.bookmarks:
-                        yield _line("BOOKMARK", request.bookmark_object(str(max(last_rv, store.revision))))
+                        yield _line("BOOKMARK", request.bookmark_object(str(max(last_rv, store.revision))), request.sort_keys)
                     return
                 wait = max(remaining, 0.0) if wait is None else max(min(wait, remaining), 0.0)
             try:
@@ -126,13 +128,13 @@ async def _events(store: Store, request: WatchRequest, watcher: Watcher, history
                 return  # the client re-watches from its last resourceVersion
             if event is None:
                 if request.bookmarks and time.monotonic() >= next_bookmark:
-                    yield _line("BOOKMARK", request.bookmark_object(str(max(last_rv, store.revision))))
+                    yield _line("BOOKMARK", request.bookmark_object(str(max(last_rv, store.revision))), request.sort_keys)
                     next_bookmark = time.monotonic() + BOOKMARK_INTERVAL_S
                 continue
             last_rv = event.revision
             kind = _transition(event, request.matches)
             if kind:
-                yield _event_line(kind, event, request.render(event.obj, first))
+                yield _event_line(kind, event, request.render(event.obj, first), request.sort_keys)
                 first = False
     finally:
         watcher.close()

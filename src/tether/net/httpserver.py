@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import socket
 import ssl
 import time
@@ -39,6 +40,11 @@ LISTEN_BACKLOG = 1024
 # still a socket, a transport and a task) stalled the other connections for ~100 ms.
 ACCEPTS_PER_STEP = 32
 SWEEP_INTERVAL_S = 1.0  # idle timeouts end up to this late (see _Deadlines)
+# After refusing a request whose body is still arriving, read (and drop) what the client sends for
+# this long / this much before closing: closing with unread data resets the connection, and the
+# client may lose the answer it has not read yet (Go's server lingers the same way).
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 1024 * 1024
 
 
 class BodyTooLarge(Exception):
@@ -47,6 +53,16 @@ class BodyTooLarge(Exception):
 
 class BadHttpRequest(Exception):
     pass
+
+
+class UnsupportedTransferEncoding(Exception):
+    pass
+
+
+# Lengths as RFC 9112 writes them: digits only (no sign, no "_", no spaces inside), which is also
+# what Go's server accepts. A chunk size is hex digits, optionally followed by extensions.
+_DECIMAL = re.compile(rb"[0-9]{1,19}")
+_CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]{1,16})[ \t]*(;[^\r\n]*)?\r\n")
 
 
 @dataclass
@@ -128,23 +144,50 @@ def _head(status: int, headers: list[tuple[str, str]]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    try:
+        return await reader.readuntil(b"\r\n")
+    except asyncio.LimitOverrunError as exc:
+        raise BadHttpRequest("chunked encoding line too long") from exc
+
+
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
     body = bytearray()
     while True:
-        size_line = await reader.readuntil(b"\r\n")
-        try:
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-        except ValueError as exc:
-            raise BadHttpRequest("bad chunk size") from exc
+        match = _CHUNK_SIZE.fullmatch(await _read_line(reader))
+        if match is None:
+            raise BadHttpRequest("bad chunk size")
+        size = int(match.group(1), 16)
         if size == 0:
-            # Trailers, if any, end with an empty line.
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                pass
+            # Trailers, if any, end with an empty line; they count against the header limit.
+            trailers = 0
+            while (line := await _read_line(reader)) != b"\r\n":
+                trailers += len(line)
+                if trailers > MAX_HEADER_BYTES:
+                    raise BadHttpRequest("chunked trailers too large")
             return bytes(body)
         if len(body) + size > MAX_BODY_BYTES:
             raise BodyTooLarge
         body += await reader.readexactly(size)
-        await reader.readexactly(2)
+        if await reader.readexactly(2) != b"\r\n":
+            raise BadHttpRequest("chunk data not followed by CRLF")
+
+
+async def _linger(reader: asyncio.StreamReader) -> None:
+    """Drain the rest of a refused request, bounded in time and bytes, before the close."""
+    deadline = time.monotonic() + LINGER_S
+    left = LINGER_BYTES
+    while left > 0:
+        wait = deadline - time.monotonic()
+        if wait <= 0:
+            return
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), wait)
+        except (TimeoutError, ConnectionError, ssl.SSLError):
+            return
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 def _parse_head(raw: bytes) -> tuple[str, str, dict[str, str], str]:
@@ -329,6 +372,7 @@ class HttpServer:
                 raw = await reader.readuntil(b"\r\n\r\n")
             except asyncio.LimitOverrunError:
                 await self._simple(writer, 431, b"request header too large")
+                await _linger(reader)
                 return
             except asyncio.IncompleteReadError:
                 return
@@ -344,9 +388,15 @@ class HttpServer:
                 body = await self._read_body(reader, headers)
             except BodyTooLarge:
                 await self._send(writer, await self._handler_error(413), keep_alive=False)
+                await _linger(reader)
                 return
             except BadHttpRequest as exc:
                 await self._simple(writer, 400, str(exc).encode())
+                await _linger(reader)
+                return
+            except UnsupportedTransferEncoding:
+                await self._simple(writer, 501, b"unsupported transfer encoding")
+                await _linger(reader)
                 return
             finally:
                 due.pop(task, None)
@@ -391,20 +441,25 @@ class HttpServer:
     async def _handler_error(self, status: int) -> Response:
         request_too_large = (
             b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
-            b'"message":"the request body is larger than 3 MiB","reason":"RequestEntityTooLarge","code":413}'
+            b'"message":"Request entity too large: limit is %d","reason":"RequestEntityTooLarge","code":413}\n'
+            % MAX_BODY_BYTES
         )
         return Response(status, request_too_large)
 
     async def _read_body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
+        encoding = headers.get("transfer-encoding")
+        if encoding is not None:
+            # Anything but plain chunked would leave the body's end unknown (and the next
+            # request misread), so it is refused as Go's server refuses it.
+            if encoding.strip().lower() != "chunked":
+                raise UnsupportedTransferEncoding
             return await _read_chunked(reader)
-        length_text = headers.get("content-length")
+        length_text = headers.get("content-length", "").strip()
         if not length_text:
             return b""
-        try:
-            length = int(length_text)
-        except ValueError as exc:
-            raise BadHttpRequest("bad content-length") from exc
+        if not _DECIMAL.fullmatch(length_text.encode("latin-1")):
+            raise BadHttpRequest("bad content-length")
+        length = int(length_text)
         if length > MAX_BODY_BYTES:
             raise BodyTooLarge
         return await reader.readexactly(length) if length else b""

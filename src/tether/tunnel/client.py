@@ -8,7 +8,7 @@
 
 Both return an `(asyncio.StreamReader, asyncio.StreamWriter)` pair on a transport fed directly by
 the Proxy stream (`_TunnelTransport`: no local socket pair), so anything asyncio offers (TLS via
-`start_tls`, `drain`, httpcore) works on top; both fit
+`start_tls`, `drain`, the HTTP client in `tether.net.httpclient`) works on top; both fit
 `tether.kube.ConnectOptions(dialer=...)`:
 
     ConnectOptions(dialer=functools.partial(client.dial, "hub:8090", tls=tls))

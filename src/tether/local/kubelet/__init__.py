@@ -20,8 +20,10 @@ def build(cluster: LocalCluster) -> list[Component]:
     from tether.local.kubelet.portforward import PortForwardServer
     from tether.local.kubelet.proxy import ProxyServer
     from tether.local.nodes import ipam, scheduler
+    from tether.local.tokens import Signer
 
     kubelet = Kubelet(cluster)
+    kubelet.signer = Signer.load_or_create(cluster.config.data_dir / "pki")  # the cluster's SA key
     addresses = ipam.for_cluster(cluster)
 
     def allocate(pod: dict[str, Any], node: dict[str, Any] | None) -> str:

@@ -72,6 +72,11 @@ def _field_ref(pod: Obj, path: str) -> str:
     raise ConfigError(f'unsupported fieldRef fieldPath "{path}"')
 
 
+def field_value(pod: Obj, path: str) -> str:
+    """A downward API `fieldRef` (env or volume file); raises ConfigError for unsupported paths."""
+    return _field_ref(pod, path)
+
+
 def _key_ref(ref: Obj, kind: str, namespace: str, lookup: Lookup) -> str | None:
     name, key = str(ref.get("name", "")), str(ref.get("key", ""))
     obj = lookup(namespace, name)

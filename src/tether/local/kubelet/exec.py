@@ -487,8 +487,9 @@ class ExecServer:
             env["POD_IP"] = str((pod.get("status") or {}).get("podIP") or "")
 
         try:
-            prefix = self.kubelet.fabric.command_prefix(pod)  # the pod's network (netns mode)
-        except Exception as exc:  # NetnsError: the pod's node has no namespace yet
+            # the pod's network (netns mode) and, as root, its volumes at their mount paths
+            prefix = self.kubelet.command_prefix(pod, container, env, cwd)
+        except Exception as exc:  # NetnsError (the pod's node has no namespace yet) or MountError
             raise bad_request(f"cannot exec in pod {name}: {exc}") from None
 
         async def session(channels: Channels) -> bytes:

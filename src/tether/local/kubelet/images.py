@@ -6,6 +6,10 @@ The map is extensible with a YAML file (`$TETHER_IMAGE_MAP`, else `<data-dir>/im
       myorg/api: {command: ["/usr/local/bin/api", "--serve"]}  # run this program
       myorg/tools: {shell: true}       # run the container's command/args on this machine
       myorg/heavy: {virtual: true}     # Running, no process
+
+The tether image (`tether.version.IMAGE`, any tag, or plain `tether`) runs this install of
+tether: `python -m tether` with the container's `args`; a `command` replaces that entrypoint, as
+in Docker, and a command `tether ...` is this install too.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from typing import Any, Literal
 
 import yaml
 
+from tether.version import IMAGE_REPOSITORY
+
 ECHO_MODULE = "tether.local.kubelet.programs.echo"
 WEB_MODULE = "tether.local.kubelet.programs.web"
 REGISTRY_PREFIXES = ("docker.io/", "index.docker.io/", "registry.hub.docker.com/", "quay.io/",
                      "ghcr.io/", "registry.k8s.io/", "k8s.gcr.io/", "gcr.io/", "public.ecr.aws/")
 
-Behaviour = Literal["echo", "web", "shell", "python", "command", "virtual"]
+Behaviour = Literal["echo", "web", "shell", "python", "tether", "command", "virtual"]
 
 BUILTIN: Mapping[str, Behaviour] = {
     "tether/echo": "echo",
@@ -44,6 +50,7 @@ BUILTIN: Mapping[str, Behaviour] = {
     "bash": "shell",
     "curlimages/curl": "shell",
     "python": "python",
+    "tether": "tether",
 }
 DEFAULT_PORTS: Mapping[Behaviour, int] = {"echo": 8080, "web": 80}
 
@@ -104,7 +111,7 @@ class ImageMap:
 
 
 def repository(image: str) -> str:
-    """`docker.io/library/nginx:1.27@sha256:…` -> `nginx`."""
+    """`docker.io/library/nginx:1.27@sha256:…` -> `nginx`; tether's own image -> `tether`."""
     name = image.split("@", 1)[0]
     last = name.rsplit("/", 1)
     if ":" in last[-1]:
@@ -115,6 +122,8 @@ def repository(image: str) -> str:
             break
     if name.startswith("library/"):
         name = name[len("library/"):]
+    if name == IMAGE_REPOSITORY.split("/", 1)[1]:
+        return "tether"
     return name
 
 
@@ -122,6 +131,12 @@ def _python_argv(argv: Sequence[str]) -> tuple[str, ...]:
     if argv and os.path.basename(argv[0]).startswith("python"):
         return (sys.executable, *argv[1:])
     return tuple(argv)
+
+
+def _tether_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    if argv and os.path.basename(argv[0]) == "tether":
+        return (sys.executable, "-m", "tether", *argv[1:])
+    return _python_argv(argv)
 
 
 def resolve(container: Mapping[str, Any], image_map: ImageMap) -> Program:
@@ -141,6 +156,10 @@ def resolve(container: Mapping[str, Any], image_map: ImageMap) -> Program:
     if entry.behaviour == "python":
         argv = command + args if command or args else ["python3"]
         return Program("python", _python_argv(argv))
+    if entry.behaviour == "tether":
+        if command:  # replaces the image's entrypoint
+            return Program("tether", _tether_argv(command + args))
+        return Program("tether", (sys.executable, "-m", "tether", *args))
     if entry.behaviour == "command":
         return Program("command", tuple(list(entry.command) + args))
     return Program("virtual")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import copy
 import functools
@@ -11,17 +10,19 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.engine import Engine
-from tether.local import events
+from tether.local import events, tokens
 from tether.local.errors import ApiError
-from tether.local.kubelet import environment, images, probes
+from tether.local.kubelet import environment, images, probes, volumes
 from tether.local.kubelet.runtime import CTTY_SHIM, Attachment, LogWriter, run_process
 from tether.local.kubelet.status import ContainerState, PodRuntimeState, pod_status
+from tether.local.kubelet.system_pods import SystemComponent, component_of
 from tether.local.netns import HostFabric, NetnsError
 from tether.local.operations import WriteOptions
 from tether.local.resources import ResourceType
@@ -40,6 +41,11 @@ RETRY_S = 2.0
 BACKOFF_BASE_S = 1.0  # the real kubelet starts at 10 s; local clusters favour fast feedback
 BACKOFF_MAX_S = 60.0
 VIRTUAL_JOB_RUN_S = 1.0
+VOLUME_SYNC_S = 2.0  # how soon ConfigMap, Secret and token changes reach a running pod's files
+VOLUME_RETRY_S = 0.25  # a pod created with its namespace may briefly miss kube-root-ca.crt
+VOLUME_RETRY_MAX_S = 5.0
+MOUNTS_ENV = "TETHER_LOCAL_POD_MOUNTS"  # "env": rootless behaviour even as root
+SYSTEM_HEALTH_S = 1.0  # how often a built-in component's pod looks at the component's health
 
 
 class PodWorker:
@@ -54,6 +60,13 @@ class PodWorker:
         self.grace_s = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
         self.deleting = False
         self.task: asyncio.Task[None] | None = None
+        self.volumes = volumes.PodVolumes(self.directory / "volumes", configmaps=kubelet.lookup("configmaps"),
+                                          secrets=kubelet.lookup("secrets"), token=self._token)
+        self.volumes_ready = asyncio.Event()
+        self._tokens: dict[tuple[str, int], tuple[str, float]] = {}  # (audience, ttl) -> (token, renew at)
+        self._told_rootless = False
+        self.pids: dict[str, int] = {}  # container -> its running process (for exec in its mounts)
+        self.writes_volumes = True
 
     @property
     def directory(self) -> Path:
@@ -86,6 +99,7 @@ class PodWorker:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._report())
                 group.create_task(self._live())
+                group.create_task(self._refresh_volumes())
         finally:
             self._finish()
 
@@ -110,7 +124,8 @@ class PodWorker:
             containers=tuple(ContainerState(c["name"], c.get("image", "")) for c in spec.get("containers") or []),
         ))
         await self._address(pod)
-        await self._volumes(pod)
+        if self.kubelet.system_component(pod) is None:
+            await self._volumes(pod)
         for container in spec.get("initContainers") or []:
             await self._run_init(container)
         async with asyncio.TaskGroup() as group:
@@ -136,16 +151,77 @@ class PodWorker:
             self.patch(pod_ip=pod_ip, host_ip=host_ip, failure_reason="", failure_message="")
             return
 
+    def _runs_processes(self, pod: Obj) -> bool:
+        spec = pod.get("spec") or {}
+        for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+            try:
+                if not images.resolve(container, self.kubelet.image_map).virtual:
+                    return True
+            except images.ImageError:
+                return True
+        return False
+
     async def _volumes(self, pod: Obj) -> None:
+        # Virtual containers read no files: their volumes' sources are checked, nothing written.
+        self.writes_volumes = self._runs_processes(pod)
+        delay, failures, told = VOLUME_RETRY_S, 0, ""
         while True:
             try:
-                materialize_volumes(pod, self.directory / "volumes", self.kubelet.lookup("configmaps"),
-                                    self.kubelet.lookup("secrets"))
+                self.volumes.sync(pod, write=self.writes_volumes)
+                self.volumes_ready.set()
                 return
             except environment.ConfigError as exc:
-                events.record(self.kubelet.ops, pod, event_type="Warning", reason="FailedMount",
-                              message=f"MountVolume.SetUp failed: {exc}", component=MANAGER)
-                await asyncio.sleep(RETRY_S * 2.5)
+                # The first miss is usually the namespace's CA ConfigMap or default ServiceAccount
+                # arriving a moment after the pod: say so only when it lasts.
+                failures += 1
+                message = f"MountVolume.SetUp failed {exc}"
+                if failures > 1 and message != told:
+                    events.record(self.kubelet.ops, pod, event_type="Warning", reason="FailedMount",
+                                  message=message, component=MANAGER)
+                    told = message
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, VOLUME_RETRY_MAX_S)
+                pod = self.pod() or pod
+
+    async def _refresh_volumes(self) -> None:
+        """ConfigMap, Secret and token changes reach the files of a running pod, as the kubelet's
+        periodic volume sync does (subPath mounts excepted, as in Kubernetes)."""
+        await self.volumes_ready.wait()
+        if not self.writes_volumes:
+            return
+        while True:
+            await asyncio.sleep(VOLUME_SYNC_S)
+            pod = self.pod()
+            if pod is None:
+                return
+            try:
+                self.volumes.sync(pod)
+            except (environment.ConfigError, OSError) as exc:  # keep the last good files
+                log.debug("volumes of pod %s/%s not refreshed: %s", *self.key, exc)
+
+    def _token(self, pod: Mapping[str, Any], source: Mapping[str, Any]) -> str:
+        """A projected ServiceAccount token for this pod, reused until it is due for renewal."""
+        key = (str(source.get("audience") or ""), int(source.get("expirationSeconds") or 0))
+        cached = self._tokens.get(key)
+        now = time.time()
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        signer = self.kubelet.signer
+        if signer is None:
+            raise environment.ConfigError("this kubelet cannot issue ServiceAccount tokens")
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        sa_name = str(spec.get("serviceAccountName") or "default")
+        sa = self.kubelet.store.get("/serviceaccounts", meta.get("namespace", ""), sa_name)
+        if sa is None:
+            raise environment.ConfigError(f'failed to fetch token: serviceaccounts "{sa_name}" not found')
+        node = self.kubelet.store.get("/nodes", "", str(spec.get("nodeName", "")))
+        token, renew_at = tokens.pod_token(signer, dict(pod), sa, node, source, now)
+        self._tokens[key] = (token, renew_at)
+        return token
+
+    def binds(self, pod: Obj, container: Obj, env: dict[str, str]) -> list[volumes.Bind]:
+        """Where this container's volumes are, and where it expects them; raises MountError."""
+        return volumes.binds(pod, container, self.volumes.directory, env)
 
     async def _report(self) -> None:
         """Write status whenever the runtime state changed (coalescing bursts)."""
@@ -173,9 +249,10 @@ class PodWorker:
         env.setdefault("POD_IP", self.state.pod_ip)
         env.setdefault("NODE_NAME", pod["spec"].get("nodeName", ""))
         env.update(self.kubelet.dns_env())
-        for mount in container.get("volumeMounts") or []:
-            name = "TETHER_MOUNT_" + "".join(ch if ch.isalnum() else "_" for ch in mount.get("mountPath", "")).upper()
-            env[name.rstrip("_")] = str(self.directory / "volumes" / mount.get("name", ""))
+        # Where each volume really is: what a rootless container must use, kept as root too so a
+        # program written for local clusters works in both modes.
+        with contextlib.suppress(volumes.MountError):
+            env.update(volumes.mount_env(self.binds(pod, container, env)))
         return env
 
     async def _run_init(self, container: Obj) -> None:
@@ -216,10 +293,14 @@ class PodWorker:
             await asyncio.Event().wait()
         assert pod is not None
         name = container["name"]
+        component = self.kubelet.system_component(pod)
+        if component is not None:
+            return await self._run_system(container, component, init=init)
         try:
             program = images.resolve(container, self.kubelet.image_map)
             env = self._env(pod, container)
-        except (environment.ConfigError, images.ImageError) as exc:
+            bound = [] if program.virtual else self.binds(pod, container, env)
+        except (environment.ConfigError, images.ImageError, volumes.MountError) as exc:
             message = str(exc)
             self.set_container(name, lambda c: c.waiting("CreateContainerConfigError", message), init=init)
             await asyncio.sleep(RETRY_S)
@@ -236,20 +317,72 @@ class PodWorker:
                 async with asyncio.TaskGroup() as group:
                     watcher = group.create_task(self._when_started(started, pod, container, env, init=init))
                     attachment = self._attachment(container)
-                    argv = [*self.kubelet.fabric.command_prefix(pod), *tty_argv(program.argv, env, attachment)]
+                    argv = [*self.kubelet.fabric.command_prefix(pod), *self._mount_prefix(pod, container, bound),
+                            *tty_argv(program.argv, env, attachment)]
                     code = await run_process(argv, env=env, cwd=self.directory / "root", log=logfile,
                                              started=started, grace_s=lambda: self.grace_s,
-                                             attachment=attachment)
+                                             attachment=attachment,
+                                             on_pid=functools.partial(self._set_pid, name))
                     watcher.cancel()
             except* LivenessFailed:
                 logfile.write("stderr", b"container killed: liveness probe failed")
             finally:
                 self.kubelet.attachments.pop((self.uid, name), None)
+                self.pids.pop(name, None)
             at = times.now_rfc3339()
             self.set_container(name, lambda c: c.terminated(code, at), init=init)
             return code
         finally:
             logfile.close()
+
+    async def _run_system(self, container: Obj, component: SystemComponent, *, init: bool) -> int:
+        """A built-in component's container: no process; Running, Ready while the component is
+        healthy, and the component's own log as the container's."""
+        name = container["name"]
+        restart = next((c.restart_count for c in (self.state.init if init else self.state.containers)
+                        if c.name == name), 0)
+        link = self.directory / "logs" / name / f"{restart}.log"
+        component.log.touch()
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            with contextlib.suppress(FileNotFoundError):
+                link.unlink()
+            link.symlink_to(component.log.path)
+        at = times.now_rfc3339()
+        self.set_container(name, lambda c: c.running(at), init=init)
+        if init:
+            return 0
+        ready: bool | None = None
+        while True:
+            healthy = component.healthy()
+            if healthy != ready:
+                ready = healthy
+                self.set_container(name, functools.partial(_set_ready, ready=healthy), init=False)
+            await asyncio.sleep(SYSTEM_HEALTH_S)
+
+    def _mount_prefix(self, pod: Obj, container: Obj, bound: list[volumes.Bind]) -> list[str]:
+        """As root: the shim that puts the volumes at their mount paths. Rootless: nothing, and
+        an Event that says where the volumes are instead."""
+        if not bound:
+            return []
+        if self.kubelet.mounts:
+            volumes.prepare_sources(bound)
+            return volumes.shim_argv(bound, str(container.get("workingDir") or ""))
+        if not self._told_rootless:
+            self._told_rootless = True
+            where = ", ".join(f"{b.target}: ${name}" for b in bound
+                              for name in volumes.mount_env([b]))
+            events.record(self.kubelet.ops, pod, event_type="Normal", reason="VolumesNotMounted",
+                          message=("rootless mode cannot mount volumes at their mountPath; the container "
+                                   f"finds them through environment variables ({where})"),
+                          component=MANAGER)
+        return []
+
+    def _set_pid(self, container: str, pid: int | None) -> None:
+        if pid is None:
+            self.pids.pop(container, None)
+        else:
+            self.pids[container] = pid
 
     def _attachment(self, container: Obj) -> Attachment | None:
         """Containers started with `stdin: true` can be attached to with input (`run -it`)."""
@@ -300,7 +433,7 @@ class PodWorker:
         async def dial(host: str, port: int, timeout_s: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
             return await fabric.open_connection(host, port, timeout_s=timeout_s)
 
-        prefix = fabric.command_prefix(pod)
+        prefix = self.kubelet.command_prefix(pod, container, env, cwd)
         async with asyncio.TaskGroup() as group:
             if readiness:
                 check = probes.checker(readiness, container, pod_ip=self.state.pod_ip, env=env, cwd=cwd,
@@ -327,40 +460,16 @@ def tty_argv(argv: tuple[str, ...], env: dict[str, str], attachment: Attachment 
     return [sys.executable, "-I", "-S", "-c", CTTY_SHIM, executable, *argv]
 
 
+def _set_ready(container: ContainerState, *, ready: bool) -> ContainerState:
+    return replace(container, ready=ready) if container.state == "running" else container
+
+
 class LivenessFailed(Exception):
     pass
 
 
 class AddressUnavailable(Exception):
     pass
-
-
-def materialize_volumes(pod: Obj, root: Path, configmaps: environment.Lookup, secrets: environment.Lookup) -> None:
-    namespace = pod["metadata"].get("namespace", "default")
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
-        target = root / volume["name"]
-        target.mkdir(parents=True, exist_ok=True)
-        for kind, lookup, field in (("configMap", configmaps, "name"), ("secret", secrets, "secretName")):
-            source = volume.get(kind)
-            if source is None:
-                continue
-            obj = lookup(namespace, str(source.get(field, "")))
-            if obj is None:
-                if source.get("optional"):
-                    continue
-                raise environment.ConfigError(f'{kind.lower()} "{source.get(field)}" not found')
-            data = dict(obj.get("data") or {})
-            decoded = {k: base64.b64decode(v) if kind == "secret" else str(v).encode() for k, v in data.items()}
-            if kind == "configMap":
-                decoded.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
-            items = source.get("items")
-            files = {i["path"]: decoded[i["key"]] for i in items if i.get("key") in decoded} if items else decoded
-            for path, content in files.items():
-                destination = target / path
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                destination.write_bytes(content)
-                if kind == "secret":
-                    destination.chmod(0o600)
 
 
 class Kubelet:
@@ -383,11 +492,22 @@ class Kubelet:
         # network namespace (netns). exec and port-forward use `fabric.command_prefix(pod)` and
         # `fabric.open_connection(host, port, timeout_s=...)` to reach the pod's network.
         self.fabric: HostFabric = getattr(cluster, "fabric", None) or HostFabric(cluster.network)
+        self.signer: tokens.Signer | None = None  # set by build(): projected ServiceAccount tokens
+        # The cluster's own components, shown as pods in kube-system (system_pods.build sets it).
+        self.system: Mapping[str, SystemComponent] = {}
+        # Whether process pods get their own mount namespace with volumes at their mount paths
+        # (root); decided once when the kubelet starts.
+        self.mounts = False
 
     def _rt(self, plural: str) -> ResourceType:
         rt = self.ops.registry.lookup("", "v1", plural)
         assert rt is not None
         return rt
+
+    def system_component(self, pod: Obj) -> SystemComponent | None:
+        """The built-in component this pod stands for (then no process runs for it)."""
+        name = component_of(pod)
+        return self.system.get(name) if name is not None else None
 
     def lookup(self, plural: str) -> environment.Lookup:
         def find(namespace: str, name: str) -> Obj | None:
@@ -406,6 +526,26 @@ class Kubelet:
 
     # what streaming subresources (exec, attach, port-forward) need --------------------------
 
+    def command_prefix(self, pod: Obj, container: Obj, env: dict[str, str], cwd: Path | None = None) -> list[str]:
+        """What runs a command in the container's world: its network (netns mode) and, as root,
+        its mounts (those of its running process; else made the same way). Raises NetnsError or
+        volumes.MountError."""
+        prefix = list(self.fabric.command_prefix(pod))
+        if not self.mounts:
+            return prefix
+        worker = self.workers.get(_key(pod))
+        if worker is None or worker.uid != pod["metadata"].get("uid"):
+            worker = PodWorker(self, pod)
+        working_dir = str(container.get("workingDir") or cwd or worker.directory / "root")
+        pid = worker.pids.get(container["name"])
+        if pid is not None:
+            return prefix + volumes.enter_argv(pid, working_dir)
+        bound = worker.binds(pod, container, env)
+        if bound:
+            volumes.prepare_sources(bound)
+            prefix += volumes.shim_argv(bound, working_dir)
+        return prefix
+
     def exec_environment(self, pod: Obj, container: Obj) -> tuple[dict[str, str], Path]:
         """The environment and working directory a command exec'd in this container gets.
 
@@ -421,9 +561,18 @@ class Kubelet:
         cwd.mkdir(parents=True, exist_ok=True)
         return env, cwd
 
+    def container_pids(self) -> dict[PodKey, dict[str, int]]:
+        """The main process of each running container of each pod this kubelet runs."""
+        return {key: dict(worker.pids) for key, worker in self.workers.items() if worker.pids}
+
     # supervision -------------------------------------------------------------------------
 
     async def run(self) -> None:
+        if os.environ.get(MOUNTS_ENV, "") != "env":
+            self.mounts = await volumes.mount_namespaces_work()
+        log.info("kubelet: volumes at their mount paths: %s", "yes (mount namespaces)" if self.mounts
+                 else "no (rootless: TETHER_MOUNT_* variables)")
+
         def resync() -> None:
             for pod in self.store.list_objects(PODS):
                 self.engine.enqueue(_key(pod))

@@ -158,8 +158,12 @@ async def run_process(
     started: asyncio.Event | None = None,
     grace_s: Callable[[], float] = lambda: 30.0,
     attachment: Attachment | None = None,
+    on_pid: Callable[[int | None], None] | None = None,
 ) -> int:
-    """Run until the process exits (its exit code) or the caller cancels (graceful stop)."""
+    """Run until the process exits (its exit code) or the caller cancels (graceful stop).
+
+    `on_pid` hears the process id once it runs, and None once it has exited.
+    """
     cwd.mkdir(parents=True, exist_ok=True)
     master = slave = -1
     if attachment is not None and attachment.tty:
@@ -190,6 +194,8 @@ async def run_process(
     if attachment is not None:
         attachment._stdin = process.stdin
         attachment._master = master if master >= 0 else None
+    if on_pid is not None:
+        on_pid(process.pid)
     if started is not None:
         started.set()
     try:
@@ -208,6 +214,8 @@ async def run_process(
             os.close(master)
         if process.returncode is None:
             await stop_process(process, grace_s())
+        if on_pid is not None:
+            on_pid(None)
 
 
 async def _pump_pty(master: int, log: LogWriter, attachment: Attachment | None) -> None:

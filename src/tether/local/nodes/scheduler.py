@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import logging
 from collections import Counter
 
 from tether.engine import Engine
-from tether.local import events
+from tether.local import encoding, events
 from tether.local.api import SubresourceHandler
 from tether.local.errors import ApiError, bad_request, conflict, method_not_allowed
 from tether.local.nodes.ipam import NODES, PODS, TERMINAL_PHASES
@@ -101,9 +100,12 @@ def binding_handler(ops: Operations) -> SubresourceHandler:
         uid = str((body.get("metadata") or {}).get("uid") or "")
         bind(ops, namespace, name, str(target["name"]), uid=uid)
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-        return Response(201, json.dumps(status).encode())
+        return Response(201, encoding.body(status))
 
     return handle
+
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 class Scheduler:
@@ -120,7 +122,10 @@ class Scheduler:
         if old is not None:
             self._counts[old] -= 1
         node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
-        if node and ((pod or {}).get("status") or {}).get("phase") not in TERMINAL_PHASES:
+        # Mirror pods stand for the cluster's own control plane (one process), not for load on
+        # their node: counting them would push every workload off the first node.
+        mirror = MIRROR_ANNOTATION in (((pod or {}).get("metadata") or {}).get("annotations") or {})
+        if node and not mirror and ((pod or {}).get("status") or {}).get("phase") not in TERMINAL_PHASES:
             self._node_of[key] = node
             self._counts[node] += 1
 

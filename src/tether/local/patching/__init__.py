@@ -8,7 +8,12 @@ server_side_apply            application/apply-patch+yaml, with managedFields an
 record_update                managedFields bookkeeping for every other write
 """
 
-from tether.local.patching.errors import ApplyConflictError, FieldConflict, PatchError
+from tether.local.patching.errors import (
+    ApplyConflictError,
+    FieldConflict,
+    PatchError,
+    PatchTooLarge,
+)
 from tether.local.patching.fieldsets import FieldPath, FieldSet
 from tether.local.patching.managedfields import (
     fieldset_of,
@@ -32,6 +37,7 @@ __all__ = [
     "FieldSet",
     "MergeSchema",
     "PatchError",
+    "PatchTooLarge",
     "apply_json_patch",
     "apply_merge_patch",
     "apply_strategic_merge_patch",

@@ -1,6 +1,7 @@
 """Errors raised by the patch engines; the HTTP layer maps them to `metav1.Status`.
 
 PatchError           the patch is malformed or cannot be applied (400/422)
+PatchTooLarge        the patch has too many operations or would build too much (413)
 ApplyConflictError   server-side apply touched fields another manager owns (409)
 """
 
@@ -8,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.objects.jsonpatch import PatchError
+from tether.objects.jsonpatch import PatchError, PatchTooLarge
 
-__all__ = ["ApplyConflictError", "FieldConflict", "PatchError"]
-
+__all__ = ["ApplyConflictError", "FieldConflict", "PatchError", "PatchTooLarge"]
 
 @dataclass(frozen=True)
 class FieldConflict:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tether.local.patching.errors import PatchError
 from tether.local.patching.schema import MergeSchema, merge_schema_for
-from tether.objects.jsonpatch import json_equal
+from tether.objects.jsonpatch import json_key
 
 __all__ = ["MergeSchema", "apply_strategic_merge_patch", "merge_schema_for"]
 
@@ -104,7 +104,8 @@ def _retain_keys(original: dict[str, Any], keys: Any) -> None:
     # retainKeys (Deployment strategy, volume sources), so no schema check is needed.
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise PatchError(f"{_RETAIN_KEYS} must be a list of field names")
-    for key in [k for k in original if k not in keys]:
+    retained = set(keys)
+    for key in [k for k in original if k not in retained]:
         del original[key]
 
 
@@ -114,7 +115,8 @@ def _delete_from_primitive_list(original: dict[str, Any], name: str, values: Any
     current = original.get(name)
     if not isinstance(current, list):
         return
-    kept = [item for item in current if not any(json_equal(item, v) for v in values)]
+    removed = {json_key(v) for v in values}
+    kept = [item for item in current if json_key(item) not in removed]
     if kept:
         original[name] = kept
     else:
@@ -140,8 +142,11 @@ def _merge_list(original: list[Any], patch: list[Any], schema: MergeSchema) -> l
 
 def _merge_primitive_list(original: list[Any], patch: list[Any]) -> list[Any]:
     merged = list(original)
+    present = {json_key(item) for item in merged}
     for item in patch:
-        if not any(json_equal(item, existing) for existing in merged):
+        identity = json_key(item)
+        if identity not in present:
+            present.add(identity)
             merged.append(copy.deepcopy(item))
     return merged
 
@@ -149,29 +154,41 @@ def _merge_primitive_list(original: list[Any], patch: list[Any]) -> list[Any]:
 def _merge_keyed_list(
     original: list[Any], patch: list[Any], schema: MergeSchema, key: str
 ) -> list[Any]:
-    merged = list(original)
+    # Items found by their key through an index, not a scan per patch item: a patch of n items
+    # against a list of n items stays linear. Deleted slots are dropped at the end.
+    merged: list[Any] = list(original)
+    alive = [True] * len(merged)
+    slots: dict[Any, list[int]] = {}
+    for position, old in enumerate(merged):
+        if isinstance(old, dict) and key in old:
+            slots.setdefault(json_key(old[key]), []).append(position)
     for item in patch:
         if not isinstance(item, dict) or key not in item:
-            raise PatchError(f"map: {json.dumps(item)} does not contain declared merge key: {key}")
-        matches = [i for i, old in enumerate(merged) if _has_key(old, key, item[key])]
+            raise PatchError(f"map: {_shown(item)} does not contain declared merge key: {key}")
+        identity = json_key(item[key])
+        matches = [p for p in slots.get(identity, ()) if alive[p]]
         if item.get(_PATCH) == "delete":
-            merged = [old for old in merged if not _has_key(old, key, item[key])]
+            for position in matches:
+                alive[position] = False
             continue
         if not matches:
             new = _merge_map({}, item, schema)
             if new is not _DELETED:
+                slots.setdefault(identity, []).append(len(merged))
                 merged.append(new)
+                alive.append(True)
             continue
         result = _merge_map(merged[matches[0]], item, schema)
         if result is _DELETED:
-            del merged[matches[0]]
+            alive[matches[0]] = False
         else:
             merged[matches[0]] = result
-    return merged
+    return [item for item, keep in zip(merged, alive, strict=True) if keep]
 
 
-def _has_key(item: Any, key: str, value: Any) -> bool:
-    return isinstance(item, dict) and key in item and json_equal(item[key], value)
+def _shown(value: Any, limit: int = 200) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _apply_order(items: list[Any], order: Any, schema: MergeSchema) -> list[Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tether.local.componentlog import ComponentLog
 from tether.local.services.allocation import ServiceAllocator
 from tether.local.services.dns import ADDRESS_FILE, DnsServer, address_for
 from tether.local.services.endpoints import EndpointsController
@@ -36,5 +37,6 @@ def build(cluster: LocalCluster) -> list[Component]:
         ServiceProxy(cluster.store, ProxyConfig(node_port_host=cluster.fabric.node_port_host),
                      fabric=cluster.fabric),
         DnsServer(cluster.store, cluster.network.dns_service_ip,
-                  address_file=cluster.config.data_dir / ADDRESS_FILE, fabric=cluster.fabric),
+                  address_file=cluster.config.data_dir / ADDRESS_FILE, fabric=cluster.fabric,
+                  component_log=ComponentLog.in_dir(cluster.config.data_dir, "coredns")),
     ]

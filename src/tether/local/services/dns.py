@@ -12,6 +12,11 @@ Names answered (TTL 5 s, authoritative):
 Unknown names in `cluster.local` get NXDOMAIN (or NODATA) with the zone's SOA in the authority
 section; names outside it get REFUSED: this server forwards nothing.
 
+Its own log (`component_log`, served as the log of the `coredns-...` pod in `kube-system`) says
+where it serves and each error, in CoreDNS's words (`[INFO]`, `[ERROR] plugin/errors: ...`); with
+`TETHER_LOCAL_DNS_LOG=queries` it also logs every query as CoreDNS's `log` plugin does
+(`[INFO] <client> - <id> "A IN <name> udp <size> <do> <bufsize>" NOERROR qr,aa,rd <size> <time>s`).
+
 Where it listens: `network.dns_service_ip` port 53 when it may bind it (root), else port 10053 on
 that address, else (both taken, e.g. by another cluster with the same index) a free port there.
 `address_for(cluster)` says where, and the running server writes `dns.json` into the cluster's
@@ -30,11 +35,14 @@ import logging
 import os
 import socket
 import struct
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from tether import __version__
+from tether.local.componentlog import ComponentLog
 from tether.local.netns import HostFabric
 from tether.local.network import ClusterNetwork
 from tether.local.services.allocation import SERVICES
@@ -54,6 +62,10 @@ TTL = 5
 PRIVILEGED_PORT = 53
 UNPRIVILEGED_PORT = 10053
 ADDRESS_FILE = "dns.json"
+LOG_ENV = "TETHER_LOCAL_DNS_LOG"  # "queries": log every query (CoreDNS's `log` plugin)
+RCODE_NAMES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
+TYPE_NAMES = {1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA", 33: "SRV",
+              255: "ANY"}
 
 
 @dataclass(frozen=True)
@@ -230,6 +242,26 @@ def respond(data: bytes, zone: Zone, *, limit: int | None = None) -> bytes | Non
     return w.encode_for_limit(response, min(limit, query.udp_limit))
 
 
+def query_log_line(data: bytes, reply: bytes | None, client: tuple[Any, ...], proto: str, took_s: float) -> str:
+    """One query as CoreDNS's `log` plugin prints it."""
+    try:
+        query = w.parse_message(data)
+    except (w.DnsFormatError, ValueError, struct.error):
+        return f"[INFO] {client[0]}:{client[1]} - malformed query of {len(data)} bytes"
+    question = query.questions[0] if query.questions else None
+    qtype = TYPE_NAMES.get(question.qtype, f"TYPE{question.qtype}") if question else "-"
+    name = (question.name.rstrip(".") + ".") if question else "."
+    do = "true" if query.opt is not None and query.opt.ttl & 0x8000 else "false"
+    rcode, flags = "-", "-"
+    if reply is not None and len(reply) >= 4:
+        rcode = RCODE_NAMES.get(reply[3] & 0xF, str(reply[3] & 0xF))
+        bits = (reply[2] << 8) | reply[3]
+        flags = ",".join(n for n, bit in (("qr", w.FLAG_QR), ("aa", w.FLAG_AA), ("tc", 0x0200), ("rd", w.FLAG_RD),
+                                          ("ra", 0x0080)) if bits & bit)
+    return (f'[INFO] {client[0]}:{client[1]} - {query.id} "{qtype} IN {name} {proto} {len(data)} {do} '
+            f'{query.udp_limit}" {rcode} {flags} {len(reply or b"")} {took_s:.9f}s')
+
+
 # the server --------------------------------------------------------------------------------------
 
 
@@ -241,6 +273,7 @@ class DnsConfig:
     max_tcp_connections: int = 64
     tcp_idle_timeout_s: float = 10.0
     close_timeout_s: float = 1.0
+    log_queries: bool = False  # every query in the component log, as CoreDNS's `log` plugin
 
 
 def _bind_pair(ip: str, port: int, fabric: HostFabric | None = None) -> tuple[socket.socket, socket.socket]:
@@ -276,22 +309,28 @@ class _Udp(asyncio.DatagramProtocol):
         self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        began = time.perf_counter()
         try:
             reply = respond(data, self.server.zone(), limit=self.server.config.max_udp_bytes)
-        except Exception:  # one bad query must not stop the server
+        except Exception as exc:  # one bad query must not stop the server
             log.exception("dns: failed to answer a UDP query from %s", addr)
+            self.server.log_error(f"answering a UDP query from {addr[0]}:{addr[1]}: {exc!r}")
             return
+        if self.server.config.log_queries:
+            self.server.log_query(data, reply, addr, "udp", time.perf_counter() - began)
         if reply is not None and self.transport is not None:
             self.transport.sendto(reply, addr)
 
 
 class DnsServer:
     def __init__(self, store: Store, ip: str, *, config: DnsConfig | None = None,
-                 address_file: Path | None = None, fabric: HostFabric | None = None) -> None:
+                 address_file: Path | None = None, fabric: HostFabric | None = None,
+                 component_log: ComponentLog | None = None) -> None:
         self.store = store
         self.ip = ip
         self.fabric = fabric or HostFabric(ClusterNetwork.rootless(0))
-        self.config = config or DnsConfig()
+        self.config = config or DnsConfig(log_queries=os.environ.get(LOG_ENV, "") == "queries")
+        self.component_log = component_log
         self.address_file = address_file
         self.address: tuple[str, int] | None = None  # where it listens, once it does
         self.ready = asyncio.Event()
@@ -308,6 +347,16 @@ class DnsServer:
                                     domain=self.config.domain, serial=self._serial)
         return self._zone
 
+    def log_line(self, text: str) -> None:
+        if self.component_log is not None:
+            self.component_log.write(text)
+
+    def log_error(self, text: str) -> None:
+        self.log_line(f"[ERROR] plugin/errors: {text}")
+
+    def log_query(self, data: bytes, reply: bytes | None, client: tuple[Any, ...], proto: str, took_s: float) -> None:
+        self.log_line(query_log_line(data, reply, client, proto, took_s))
+
     def _bind(self) -> tuple[socket.socket, socket.socket]:
         last: OSError | None = None
         for port in self.config.ports:
@@ -316,6 +365,7 @@ class DnsServer:
             except OSError as exc:
                 last = exc
                 log.debug("dns: cannot listen on %s:%d: %s", self.ip, port, exc)
+        self.log_error(f"cannot listen on {self.ip}: {last}")
         raise last or OSError(errno.EADDRINUSE, "no port to listen on")
 
     async def run(self) -> None:
@@ -326,11 +376,18 @@ class DnsServer:
         self._publish()
         self.ready.set()
         log.info("cluster DNS for %s on %s:%d (UDP and TCP)", self.config.domain, *self.address)
+        self.log_line(f"{self.config.domain}.:{self.address[1]}\n"
+                      f"[INFO] plugin/kubernetes: answering {self.config.domain} from Services and EndpointSlices "
+                      f"on {self.address[0]}:{self.address[1]} (UDP and TCP); other names are refused\n"
+                      f"[INFO] plugin/log: queries are {'logged' if self.config.log_queries else 'not logged'} "
+                      f"(set {LOG_ENV}=queries to log them)\n"
+                      f"tether-dns-{__version__} (CoreDNS-compatible answers)")
         try:
             async with asyncio.TaskGroup() as group:
                 start_signals(group, self.store, (SERVICES, SLICES), self._changed)
                 group.create_task(self._accept(group, tcp_sock))
         finally:
+            self.log_line("[INFO] SIGTERM: Shutting down servers then terminating")
             transport.close()
             tcp_sock.close()
             if self.address_file is not None:
@@ -365,7 +422,11 @@ class DnsServer:
                     data = await asyncio.wait_for(reader.readexactly(length), self.config.tcp_idle_timeout_s)
                 except (asyncio.IncompleteReadError, TimeoutError, OSError):
                     return
+                began = time.perf_counter()
                 reply = respond(data, self.zone())
+                if self.config.log_queries:
+                    self.log_query(data, reply, writer.get_extra_info("peername") or ("-", 0), "tcp",
+                                   time.perf_counter() - began)
                 if reply is None:
                     return
                 writer.write(struct.pack("!H", len(reply)) + reply)
