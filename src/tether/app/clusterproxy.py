@@ -271,6 +271,7 @@ class ProxyServer:
             if who is None:
                 self.proxy.counts["unauthorized"] = self.proxy.counts.get("unauthorized", 0) + 1
                 return _reply(cp.failure(401, "Unauthorized", "Unauthorized"))
+            request.authenticated()  # its connection is no longer limited as anonymous
             outcome = await self.proxy.open(
                 cp.Request(request.method, request.target, request.headers, request.body), who)
             log.debug("%s %s by %s -> %s", request.method, request.path, cp.describe_caller(who),

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from tether.local import kubeconfig, netns, network, supervisor
 from tether.local.pki import ClusterPki, ensure_cluster_pki
+from tether.local.supervisor import DEFAULT_UNAUTHENTICATED
 
 app = typer.Typer(help="Embedded local clusters: the default target of `tether demo` and the tests.",
                   no_args_is_help=True)
@@ -61,6 +62,9 @@ def up(
         "--isolate-api",
         help="With --netns: serve this cluster's API only inside its own network (repeat); only its "
              "nodes and pods reach it, as for a member behind NAT")] = None,
+    max_unauthenticated_connections: Annotated[int, typer.Option(
+        min=1, help="Per API server and client address: connections that have not yet sent valid "
+                    "credentials; more are refused at accept")] = DEFAULT_UNAUTHENTICATED,
 ) -> None:
     """Start local clusters (kept state is reused: `down` then `up` loses nothing)."""
     layout = _layout(data_dir)
@@ -77,7 +81,8 @@ def up(
         logging.basicConfig(level=os.environ.get("TETHER_LOG_LEVEL", "INFO"),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep, nodes=nodes, netns=netns,
-                                     isolate_api=tuple(isolate_api or ())))
+                                     isolate_api=tuple(isolate_api or ()),
+                                     max_unauthenticated=max_unauthenticated_connections))
         return
     running = supervisor.read_state(layout)
     if running is not None:
@@ -95,7 +100,8 @@ def up(
         try:
             state = supervisor.start_daemon(layout, names, nodes=nodes, compact_keep=compact_keep,
                                             netns=netns, progress=progress,
-                                            isolate_api=tuple(isolate_api or ()))
+                                            isolate_api=tuple(isolate_api or ()),
+                                            max_unauthenticated=max_unauthenticated_connections)
         except supervisor.LocalError as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(1) from None

@@ -117,6 +117,8 @@ class ApiServer:
     async def handle(self, request: Request) -> Reply:
         try:
             authenticated = self._authenticate(request)
+            if authenticated is not None:
+                request.authenticated()  # its connection is no longer limited as anonymous
             try:
                 user = self.enforcer.impersonate(authenticated or ANONYMOUS_USER, request.headers)
                 info = self.enforcer.admit_request(user, request.method, request.path, request.query)

@@ -24,6 +24,7 @@ from tether.local.rbac.enforcer import Enforcer
 from tether.local.rbac.index import RbacIndex
 from tether.local.resources import Registry
 from tether.local.store import Store
+from tether.net.connections import ConnectionLimits
 from tether.net.httpserver import HttpServer
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ class ClusterConfig:
     index: int | None = None  # preferred address-range index; claimed machine-wide at start
     nodes: int = 1
     netns: bool | None = None  # network namespaces (root); None: the mode kept in data_dir
+    # per client address: connections without valid credentials yet (see tether.net.connections)
+    max_unauthenticated_per_address: int = ConnectionLimits().max_unauthenticated_per_address
 
 
 def server_ssl_context(pki: ClusterPki) -> ssl.SSLContext:
@@ -105,8 +108,11 @@ class LocalCluster:
         self.kubelet: Any = None  # set by the kubelet component; streaming handlers use it
         self.components: list[Component] = components.build(self)
         self._http = HttpServer(self.api.handle, host=config.host, port=self._wanted_port(),
-                                ssl_context=server_ssl_context(self.pki))
+                                ssl_context=server_ssl_context(self.pki), limits=self._limits())
         self.started = asyncio.Event()
+
+    def _limits(self) -> ConnectionLimits:
+        return ConnectionLimits(max_unauthenticated_per_address=self.config.max_unauthenticated_per_address)
 
     def _isolated_socket(self) -> socket.socket:
         sock = self.fabric.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -164,13 +170,14 @@ class LocalCluster:
         self._write_network()
         if self.config.isolate_api:
             self._http = HttpServer(self.api.handle, host=self.api_host, port=0,
-                                    ssl_context=server_ssl_context(self.pki), sock=self._isolated_socket())
+                                    ssl_context=server_ssl_context(self.pki), sock=self._isolated_socket(),
+                                    limits=self._limits())
         try:
             await self._http.start()
         except OSError:
             if not self.config.port:  # the remembered port is taken: pick another
                 self._http = HttpServer(self.api.handle, host=self.config.host, port=0,
-                                        ssl_context=server_ssl_context(self.pki))
+                                        ssl_context=server_ssl_context(self.pki), limits=self._limits())
                 await self._http.start()
             else:
                 raise

@@ -19,8 +19,10 @@ from typing import Any
 from tether.local import kubeconfig, netns, network
 from tether.local.cluster import ClusterConfig, LocalCluster
 from tether.net import daemon
+from tether.net.connections import ConnectionLimits
 
 START_TIMEOUT_S = 60.0
+DEFAULT_UNAUTHENTICATED = ConnectionLimits().max_unauthenticated_per_address
 STOP_TIMEOUT_S = 15.0
 
 
@@ -89,7 +91,8 @@ def read_state(layout: Layout) -> dict[str, Any] | None:
 
 
 async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1,
-                netns: bool | None = None, isolate_api: tuple[str, ...] = ()) -> None:
+                netns: bool | None = None, isolate_api: tuple[str, ...] = (),
+                max_unauthenticated: int = DEFAULT_UNAUTHENTICATED) -> None:
     """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve."""
     os.umask(0o077)  # state, keys and logs are for this user only
     unknown = set(isolate_api) - set(names)
@@ -97,7 +100,8 @@ async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000,
         raise LocalError(f"--isolate-api names no cluster being started: {', '.join(sorted(unknown))}")
     clusters = [
         LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep,
-                                   nodes=nodes, netns=netns, isolate_api=n in isolate_api))
+                                   nodes=nodes, netns=netns, isolate_api=n in isolate_api,
+                                   max_unauthenticated_per_address=max_unauthenticated))
         for n in names
     ]
     try:
@@ -135,7 +139,8 @@ async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000,
 
 def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_keep: int = 50_000,
                  netns: bool | None = None, progress: Callable[[str], None] | None = None,
-                 isolate_api: tuple[str, ...] = ()) -> dict[str, Any]:
+                 isolate_api: tuple[str, ...] = (),
+                 max_unauthenticated: int = DEFAULT_UNAUTHENTICATED) -> dict[str, Any]:
     layout.root.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         layout.state.unlink()
@@ -147,6 +152,8 @@ def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_ke
         command.append("--netns" if netns else "--no-netns")
     for name in isolate_api:
         command += ["--isolate-api", name]
+    if max_unauthenticated != DEFAULT_UNAUTHENTICATED:
+        command += ["--max-unauthenticated-connections", str(max_unauthenticated)]
     log_offset = layout.log.stat().st_size if layout.log.exists() else 0
     process = daemon.spawn(command, layout.log)
     deadline = time.monotonic() + START_TIMEOUT_S

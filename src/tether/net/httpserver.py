@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import re
 import socket
 import ssl
@@ -20,11 +22,24 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from tether.net.connections import (
+    Admission,
+    Connection,
+    ConnectionLimits,
+    ConnectionTable,
+    plain_stream,
+    tls_stream,
+)
+
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 3 * 1024 * 1024
 IDLE_TIMEOUT_S = 120.0
+LISTEN_BACKLOG = 1024
+# asyncio accepts up to its `backlog` argument of waiting sockets in one step of the event loop,
+# and sets up every one of them in the next: 1,024 from a flood (refused at once, but each is
+# still a socket, a transport and a task) stalled the other connections for ~100 ms.
+ACCEPTS_PER_STEP = 32
 SWEEP_INTERVAL_S = 1.0  # idle timeouts end up to this late (see _Deadlines)
-MAX_CONNECTIONS = 4096
 # After refusing a request whose body is still arriving, read (and drop) what the client sends for
 # this long / this much before closing: closing with unread data resets the connection, and the
 # client may lose the answer it has not read yet (Go's server lingers the same way).
@@ -61,6 +76,13 @@ class Request:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     peer_cert: dict[str, Any] | None = None
+    connection: Connection | None = None
+
+    def authenticated(self) -> None:
+        """The handler accepted this request's credentials: its connection is no longer
+        limited as an unauthenticated one (see `connections`)."""
+        if self.connection is not None:
+            self.connection.authenticated()
 
     def param(self, name: str, default: str = "") -> str:
         values = self.query.get(name)
@@ -226,7 +248,12 @@ class _Deadlines:
 
 
 class HttpServer:
-    """Serves `handler` on one listening socket until `run()` is cancelled."""
+    """Serves `handler` on one listening socket until `close()`.
+
+    Connections are admitted at accept by a `ConnectionTable` (`limits`); the handler calls
+    `Request.authenticated()` once a request's credentials are accepted. `close()` ends open
+    streams with the chunked terminator, so a watching client sees a clean end.
+    """
 
     def __init__(
         self,
@@ -237,6 +264,7 @@ class HttpServer:
         ssl_context: ssl.SSLContext | None = None,
         server_header: str = "tether",
         sock: socket.socket | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self._handler = handler
         self._sock = sock  # a listening socket made elsewhere (e.g. inside a network namespace)
@@ -245,8 +273,11 @@ class HttpServer:
         self._ssl = ssl_context
         self._server_header = server_header
         self._server: asyncio.Server | None = None
+        self.table = ConnectionTable(limits or ConnectionLimits())
         self._connections: set[asyncio.Task[None]] = set()
+        self._streaming: set[asyncio.Task[None]] = set()
         self._deadlines = _Deadlines(self._connections)
+        self._stopping: asyncio.Future[None] | None = None  # done once close() begins
 
     @property
     def port(self) -> int:
@@ -256,25 +287,47 @@ class HttpServer:
         return int(sock.getsockname()[1])
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._stopping = loop.create_future()
+
+        # What asyncio.start_server builds, with the connection table in front: a socket is
+        # admitted or refused at accept, before any TLS work (see `connections`).
+        def serve(conn: Connection) -> asyncio.BaseProtocol:
+            reader = asyncio.StreamReader(limit=MAX_HEADER_BYTES, loop=loop)
+            on_connected = functools.partial(self._on_connection, conn)
+            if self._ssl is None:
+                return plain_stream(conn, reader, on_connected, loop)
+            app = asyncio.StreamReaderProtocol(reader, on_connected, loop=loop)
+            return tls_stream(conn, loop, app, self._ssl, self.table.limits.handshake_timeout_s)
+
+        def accept() -> asyncio.BaseProtocol:
+            return Admission(self.table, serve)
+
         if self._sock is not None:
-            self._server = await asyncio.start_server(
-                self._on_connection, sock=self._sock, ssl=self._ssl, limit=MAX_HEADER_BYTES)
-            return
-        self._server = await asyncio.start_server(
-            self._on_connection,
-            self._host,
-            self._port,
-            ssl=self._ssl,
-            limit=MAX_HEADER_BYTES,
-            reuse_address=True,
-            backlog=1024,
-        )
+            self._server = await loop.create_server(accept, sock=self._sock, backlog=ACCEPTS_PER_STEP)
+        else:
+            self._server = await loop.create_server(accept, self._host, self._port, reuse_address=True,
+                                                    backlog=ACCEPTS_PER_STEP)
+        for wrapped in self._server.sockets:
+            # asyncio passed ACCEPTS_PER_STEP to listen() as well: give the kernel's queue its
+            # depth back (on a duplicate of the descriptor: the server keeps the original).
+            with socket.socket(fileno=os.dup(wrapped.fileno())) as listening:
+                listening.listen(LISTEN_BACKLOG)
 
     async def close(self, grace_s: float = 2.0) -> None:
+        """Stop accepting; end streams with their terminator, close everything else."""
         if self._server is None:
             return
         self._server.close()
         self._deadlines.stop()
+        if self._stopping is not None and not self._stopping.done():
+            self._stopping.set_result(None)
+        streaming = [task for task in self._connections if task in self._streaming]
+        for task in list(self._connections):
+            if task not in self._streaming:
+                task.cancel()
+        if streaming:  # each writes its terminator and returns (bounded: a client may not read)
+            await asyncio.wait(streaming, timeout=grace_s)
         tasks = list(self._connections)
         for task in tasks:
             task.cancel()
@@ -283,27 +336,32 @@ class HttpServer:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._server.wait_closed(), timeout=grace_s)
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _closing(self) -> bool:
+        return self._stopping is not None and self._stopping.done()
+
+    async def _on_connection(self, conn: Connection, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._connections) >= MAX_CONNECTIONS:  # bounded fds and memory, whoever asks
+        if self._closing():
             writer.close()
             return
         self._connections.add(task)
         self._deadlines.ensure_sweeping()
         try:
-            await self._serve(reader, writer)
+            await self._serve(conn, reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
         except asyncio.CancelledError:  # closing, or an idle timeout (_Deadlines)
             pass
         finally:
             self._connections.discard(task)
+            self._streaming.discard(task)
             self._deadlines.due.pop(task, None)
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer_cert = writer.get_extra_info("peercert")
         task = asyncio.current_task()
         assert task is not None
@@ -353,6 +411,7 @@ class HttpServer:
                 reader=reader,
                 writer=writer,
                 peer_cert=peer_cert,
+                connection=conn,
             )
             reply = await self._handler(request)
             if isinstance(reply, UpgradeResponse):
@@ -367,12 +426,16 @@ class HttpServer:
                 return
             keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
             if isinstance(reply, StreamResponse):
-                await self._stream(reader, writer, reply)
-                if not keep_alive:
+                self._streaming.add(task)
+                try:
+                    await self._stream(reader, writer, reply)
+                finally:
+                    self._streaming.discard(task)
+                if not keep_alive or self._closing():
                     return
                 continue
             await self._send(writer, reply, keep_alive=keep_alive)
-            if not keep_alive:
+            if not keep_alive or self._closing():
                 return
 
     async def _handler_error(self, status: int) -> Response:
@@ -435,11 +498,18 @@ class HttpServer:
         chunks = reply.chunks
         gone = asyncio.ensure_future(reader.read(1))
         pump = asyncio.ensure_future(self._pump(writer, chunks))
+        waits: set[asyncio.Future[Any]] = {pump, gone}
+        if self._stopping is not None:
+            waits.add(self._stopping)  # shared by every stream: no task per stream for it
         try:
-            done, _ = await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if pump not in done:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if pump in done:
+                pump.result()  # re-raises a failed write
+            elif gone in done:
                 raise ConnectionResetError("client went away")
-            pump.result()  # re-raises a failed write
+            else:  # the server is closing: stop between chunks, then end the stream cleanly
+                pump.cancel()
+                await asyncio.wait({pump})
             writer.write(b"0\r\n\r\n")
             await writer.drain()
         finally:

@@ -10,7 +10,7 @@ import copy
 import datetime as dt
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,10 @@ from tether.objects.selectors import SelectorError, label_selector_from_dict
 from tether.objects.times import parse_time
 
 NsName = tuple[str, str]  # (namespace, name) of an owner: the key every workload engine uses
+
+# Pods one reconcile of a controller creates or deletes at most (kube-controller-manager's
+# burstReplicas); the rest waits for the next pass, behind other keys.
+BURST_PER_PASS = 500
 
 GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 TEMPLATE_HASH_LABEL = "pod-template-hash"
@@ -110,6 +114,17 @@ def next_available(pods: Iterable[Obj], min_ready_s: int, now: dt.datetime) -> f
     """The soonest a ready-but-not-yet-available pod becomes available: when to look again."""
     waits = [w for w in (available_in(p, min_ready_s, now) for p in pods) if w]
     return min(waits) if waits else None
+
+
+def slow_start_batches(budget: int, initial: int = 1) -> Iterator[int]:
+    """Batch sizes 1, 2, 4, ... adding up to `budget`, as the real controllers' slowStartBatch:
+    a few pods first, more only while creating keeps succeeding and is still wanted."""
+    size = max(initial, 1)
+    while budget > 0:
+        take = min(size, budget)
+        yield take
+        budget -= take
+        size *= 2
 
 
 # owners --------------------------------------------------------------------------------------

@@ -23,13 +23,16 @@ owns stay until the Job goes, so the floor only covers someone deleting finished
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether.local.errors import ApiError
 from tether.local.workloads.common import (
+    BURST_PER_PASS,
     Note,
     NsName,
     active,
@@ -331,7 +334,9 @@ def _plan_indexed(job: Obj, status: Obj, conditions: list[Obj], stamp: str, runn
         else:
             keep[index] = pod
     room = max(parallelism - len(keep), 0)
-    missing = [i for i in range(completions) if i not in done and i not in keep][:room]
+    # completions may be 10^9: look at no more indexes than this pass can create
+    wanted = (i for i in range(completions) if i not in done and i not in keep)
+    missing = list(itertools.islice(wanted, min(room, BURST_PER_PASS)))
     over = len(keep) - parallelism
     if over > 0:  # parallelism went down: the highest indexes wait
         extra += [keep[i] for i in sorted(keep)[-over:]]
@@ -357,15 +362,33 @@ class JobController(Controller):
         if plan.delete_job:
             self._expire(job)
             return
-        for pod_name in plan.delete:
+        for pod_name in self.bounded_deletes(key, plan.delete):
             pod = self.store.get(PODS, namespace, pod_name)
             if pod is not None and self.writer.delete(PODS, pod):
                 self.writer.record(job, Note("SuccessfulDelete", f"Deleted pod: {pod_name}"))
-        bodies = [job_pod(job, index) for index in plan.indexes] if plan.indexes else [job_pod(job)] * plan.create
-        for body in bodies:
-            created = self.writer.create(PODS, body)
-            if created is not None:
-                self.writer.record(job, Note("SuccessfulCreate", f"Created pod: {meta(created)['name']}"))
+            await asyncio.sleep(0)
+        by_index = indexed(job)
+
+        def missing() -> Sequence[int]:
+            """Planned again before every batch: the completion indexes still to create, or (not
+            Indexed) as many numbers as pods are missing."""
+            current = self.store.get(RESOURCE, namespace, name)
+            if current is None or meta(current).get("uid") != uid:
+                return ()
+            again = plan_job(current, self.children_in(namespace), dt.datetime.now(dt.UTC))
+            if again.delete_job:
+                return ()
+            return again.indexes if by_index else range(again.create)
+
+        def create_pod(index: int) -> bool:
+            created = self.writer.create(PODS, job_pod(job, index) if by_index else job_pod(job))
+            if created is None:
+                return False
+            self.writer.record(job, Note("SuccessfulCreate", f"Created pod: {meta(created)['name']}"))
+            return True
+
+        if plan.create:
+            await self.create_in_batches(key, missing, create_pod)
         current = self.store.get(RESOURCE, namespace, name)
         if current is not None and meta(current).get("uid") == uid:
             before = finished_condition(current)

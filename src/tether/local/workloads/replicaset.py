@@ -122,12 +122,23 @@ class ReplicaSetController(Controller):
             self.writer.set_controller(PODS, namespace, pod_name, None, uid)
         body = pod_from_template(rs, (rs.get("spec") or {}).get("template"))
         body["metadata"]["generateName"] = f"{name}-"
-        for _ in range(plan.create):
+
+        def missing() -> range:
+            current = self.store.get(RESOURCE, namespace, name)
+            if current is None or meta(current).get("uid") != uid:
+                return range(0)
+            return range(plan_replicaset(current, self.children_in(namespace), dt.datetime.now(dt.UTC)).create)
+
+        def create_pod(_: int) -> bool:
             created = self.writer.create(PODS, body)
-            if created is not None:
-                self.writer.record(rs, Note("SuccessfulCreate", f"Created pod: {meta(created)['name']}"))
-            await asyncio.sleep(0)  # a 1,000-pod scale-up must not stall the API server's loop
-        for pod_name in plan.delete:
+            if created is None:
+                return False
+            self.writer.record(rs, Note("SuccessfulCreate", f"Created pod: {meta(created)['name']}"))
+            return True
+
+        if plan.create:
+            await self.create_in_batches(key, missing, create_pod)
+        for pod_name in self.bounded_deletes(key, plan.delete):
             pod = self.store.get(PODS, namespace, pod_name)
             if pod is not None and self.writer.delete(PODS, pod):
                 self.writer.record(rs, Note("SuccessfulDelete", f"Deleted pod: {pod_name}"))

@@ -6,7 +6,13 @@ the new or the previous version of the object), and when an orphan appears that 
 
 The store is in memory and a write is visible to the next read at once, so controllers read
 the store directly and need none of the "expectations" bookkeeping that informer lag forces on
-the real controllers: a reconcile that just created pods sees them on its next run.
+the real controllers: a reconcile that just created pods sees them on its next run, and on its
+next batch (`create_in_batches` plans again before each one).
+
+A pass is bounded as kube-controller-manager bounds a sync: at most BURST_PER_PASS pods created
+(in slow-start batches 1, 2, 4, ...) and BURST_PER_PASS deleted, then the key is queued again
+behind the others; the desired count is read again before every batch, so scaling an owner
+down or deleting it stops creation within the batch under way.
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ import asyncio
 import copy
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from tether.engine import Engine
 from tether.local import events
@@ -25,12 +31,14 @@ from tether.local.operations import Operations, WriteOptions
 from tether.local.resources import ResourceType
 from tether.local.store import Event, follow
 from tether.local.workloads.common import (
+    BURST_PER_PASS,
     Note,
     NsName,
     controller_of,
     meta,
     owner_ref,
     selector_matches,
+    slow_start_batches,
 )
 from tether.objects import Obj
 
@@ -38,6 +46,8 @@ log = logging.getLogger(__name__)
 
 PODS = "/pods"
 NODES = "/nodes"
+
+T = TypeVar("T")
 
 
 class Writer:
@@ -166,6 +176,35 @@ class Controller(ABC):
 
     def children_in(self, namespace: str) -> list[Obj]:
         return self.store.list_objects(self.children, namespace)
+
+    async def create_in_batches(self, key: NsName, pending: Callable[[], Sequence[T]],
+                                create: Callable[[T], bool]) -> int:
+        """Create what `pending()` lists, in slow-start batches, at most BURST_PER_PASS.
+
+        `pending` plans again from the stored owner and children (an empty list once the owner
+        is gone, deleting or scaled down); it runs before every batch, so creation stops
+        within a batch of such a change. `create` makes one child; False (or an error) ends
+        the pass, as a failed batch ends the real slowStartBatch. Returns how many were made.
+        """
+        made = 0
+        for size in slow_start_batches(BURST_PER_PASS):
+            todo = pending()
+            if not todo:
+                return made
+            for item in todo[:size]:
+                if not create(item):
+                    return made
+                made += 1
+                await asyncio.sleep(0)  # one pod at a time, the API server's loop runs between
+        if pending():
+            self.engine.enqueue(key)  # the rest in a later pass, after the keys waiting now
+        return made
+
+    def bounded_deletes(self, key: NsName, names: Sequence[str]) -> Sequence[str]:
+        """At most BURST_PER_PASS of `names`; the key is queued again for the rest."""
+        if len(names) > BURST_PER_PASS:
+            self.engine.enqueue(key)
+        return names[:BURST_PER_PASS]
 
     @abstractmethod
     async def reconcile(self, key: NsName) -> None: ...

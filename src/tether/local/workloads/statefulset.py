@@ -7,6 +7,7 @@ revision's template (the real controller would restore the current revision's).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime as dt
 import re
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tether.local.workloads.common import (
+    BURST_PER_PASS,
     REVISION_HASH_LABEL,
     Note,
     NsName,
@@ -158,6 +160,8 @@ def plan_statefulset(sts: Obj, pods: Iterable[Obj], now: dt.datetime) -> Statefu
     for ordinal in range(replicas):
         pod = members.get(ordinal)
         if pod is None:
+            if len(create) >= BURST_PER_PASS:  # replicas may be 10^9: plan no more than a pass makes
+                break
             create.append(ordinal)
         elif finished(pod) and not terminating(pod):
             delete.append(meta(pod).get("name", ""))
@@ -213,17 +217,30 @@ class StatefulSetController(Controller):
         for pod_name in plan.release:
             self.writer.set_controller(PODS, namespace, pod_name, None, uid)
         revision = update_revision(sts)
-        for pod_name in plan.delete:
+        for pod_name in self.bounded_deletes(key, plan.delete):
             pod = self.store.get(PODS, namespace, pod_name)
             if pod is not None and self.writer.delete(PODS, pod):
                 self.writer.record(sts, Note("SuccessfulDelete", f"delete Pod {pod_name} in StatefulSet {name} successful"))
-        for ordinal in plan.create:
+            await asyncio.sleep(0)
+
+        def missing() -> tuple[int, ...]:
+            current = self.store.get(RESOURCE, namespace, name)
+            if current is None or meta(current).get("uid") != uid:
+                return ()
+            return plan_statefulset(current, self.children_in(namespace), dt.datetime.now(dt.UTC)).create
+
+        def create_pod(ordinal: int) -> bool:
             for pvc in statefulset_claims(sts, ordinal):
                 if self.store.get(CLAIMS, namespace, pvc["metadata"]["name"]) is None and self.writer.create(CLAIMS, pvc):
                     self.writer.record(sts, Note("SuccessfulCreate", f"create Claim {pvc['metadata']['name']} Pod "
                                                                      f"{name}-{ordinal} in StatefulSet {name} success"))
-            if self.writer.create(PODS, statefulset_pod(sts, ordinal, revision)) is not None:
-                self.writer.record(sts, Note("SuccessfulCreate", f"create Pod {name}-{ordinal} in StatefulSet {name} successful"))
+            if self.writer.create(PODS, statefulset_pod(sts, ordinal, revision)) is None:
+                return False
+            self.writer.record(sts, Note("SuccessfulCreate", f"create Pod {name}-{ordinal} in StatefulSet {name} successful"))
+            return True
+
+        if plan.create:
+            await self.create_in_batches(key, missing, create_pod)
         current = self.store.get(RESOURCE, namespace, name)
         if current is not None and meta(current).get("uid") == uid:
             self.writer.write_status(RESOURCE, current, plan.status)
