@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tether import version
 from tether.app.pullagent import AgentSettings, PullAgent
 from tether.app.signals import run_until_signal
 from tether.federation.registry import controller_rules
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 SHUTDOWN_S = 5.0
 STOP_S = 10.0
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-IMAGE = "ghcr.io/tether/tether:latest"
+IMAGE = version.IMAGE  # a release tag, never latest
 
 
 @dataclass(frozen=True)
