@@ -22,7 +22,7 @@ from tether.engine import Engine
 from tether.local.errors import ApiError
 from tether.local.operations import Operations, WriteOptions
 from tether.local.resources import Registry, ResourceType, group_priority
-from tether.local.store import WatchOverflow
+from tether.local.store import follow
 from tether.objects import Obj, times
 
 if TYPE_CHECKING:
@@ -128,23 +128,10 @@ class APIServiceController:
         return rt
 
     async def run(self) -> None:
-        store = self.ops.store
-        watcher, _ = store.watch(None, None, store.revision, resources=OBSERVED)
-        self._resync()
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.engine.run())
-                while True:
-                    try:
-                        event = await watcher.next(None)
-                    except WatchOverflow:
-                        watcher, _ = store.watch(None, None, store.revision, resources=OBSERVED)
-                        self._resync()
-                        continue
-                    if event is not None:
-                        self._observe(event.resource, event.namespace, event.name)
-        finally:
-            watcher.close()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.engine.run())
+            group.create_task(follow(self.ops.store, None, None, resources=OBSERVED, resync=self._resync,
+                                     on_event=lambda e: self._observe(e.resource, e.namespace, e.name)))
 
     def _resync(self) -> None:
         self.engine.enqueue(SYNC_LOCAL)

@@ -57,7 +57,7 @@ from tether.local import bootstrap_tokens, encoding
 from tether.local.errors import ApiError, bad_request, method_not_allowed
 from tether.local.operations import Operations, WriteOptions, decode_body
 from tether.local.resources import ResourceType
-from tether.local.store import Store, WatchOverflow
+from tether.local.store import Store, follow
 from tether.net.httpserver import Reply, Request, Response
 from tether.objects import Obj, times
 from tether.objects.podfiles import SERVICE_ACCOUNT_DIR
@@ -335,24 +335,10 @@ class TokenController:
         return rt
 
     async def run(self) -> None:
-        store = self.ops.store
-        watcher, _ = store.watch(None, None, store.revision, resources=OBSERVED)
-        self._resync()
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.engine.run())
-                while True:
-                    try:
-                        event = await watcher.next(None)
-                    except WatchOverflow:
-                        watcher, _ = store.watch(None, None, store.revision, resources=OBSERVED)
-                        self._resync()
-                        continue
-                    if event is None:
-                        continue
-                    self._observe(event.resource, event.namespace, event.name)
-        finally:
-            watcher.close()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.engine.run())
+            group.create_task(follow(self.ops.store, None, None, resources=OBSERVED, resync=self._resync,
+                                     on_event=lambda e: self._observe(e.resource, e.namespace, e.name)))
 
     def _resync(self) -> None:
         store = self.ops.store
