@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +86,18 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
         yield started
     finally:
         tether("local", "down", "--data-dir", str(data_dir))
+
+
+@pytest.fixture
+async def in_process_cluster(tmp_path: Path) -> AsyncIterator[Any]:
+    """One local cluster running in this test's event loop (no daemon, no kubectl)."""
+    from tether.local.cluster import ClusterConfig, LocalCluster
+
+    local = LocalCluster(ClusterConfig(name="c", data_dir=tmp_path / "c"))
+    task = asyncio.create_task(local.run())
+    await asyncio.wait_for(local.started.wait(), 10)
+    try:
+        yield local
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

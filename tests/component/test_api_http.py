@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tether.local.cluster import ClusterConfig, LocalCluster
+from tether.local.cluster import LocalCluster
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[LocalCluster]:
-    local = LocalCluster(ClusterConfig(name="c", data_dir=tmp_path / "c"))
-    task = asyncio.create_task(local.run())
-    await asyncio.wait_for(local.started.wait(), 10)
-    try:
-        yield local
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+def cluster(in_process_cluster: LocalCluster) -> LocalCluster:
+    return in_process_cluster
 
 
 def _trust(local: LocalCluster, *, client_cert: bool) -> ssl.SSLContext:

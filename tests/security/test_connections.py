@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tether.local.cluster import ClusterConfig, LocalCluster, server_ssl_context
+from tether.local.cluster import LocalCluster, server_ssl_context
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.net import connections
 from tether.net.connections import ConnectionLimits
@@ -245,15 +245,8 @@ async def test_waves_of_idle_connections_return_to_baseline(pki: ClusterPki) -> 
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[LocalCluster]:
-    local = LocalCluster(ClusterConfig(name="c", data_dir=tmp_path / "c"))
-    task = asyncio.create_task(local.run())
-    await asyncio.wait_for(local.started.wait(), 10)
-    try:
-        yield local
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+def cluster(in_process_cluster: LocalCluster) -> LocalCluster:
+    return in_process_cluster
 
 
 async def test_the_api_server_lifts_the_limit_for_authenticated_callers(cluster: LocalCluster) -> None:

@@ -13,14 +13,14 @@ import asyncio
 import copy
 import json
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tether.local.cluster import ClusterConfig, LocalCluster
+from tether.local.cluster import LocalCluster
 from tether.local.operations import Operations, WriteOptions
 from tether.local.resources import Registry
 from tether.local.store import Store
@@ -162,15 +162,8 @@ async def test_one_pass_creates_at_most_a_burst_and_queues_the_rest(ops: Operati
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[LocalCluster]:
-    local = LocalCluster(ClusterConfig(name="c", data_dir=tmp_path / "c"))
-    task = asyncio.create_task(local.run())
-    await asyncio.wait_for(local.started.wait(), 10)
-    try:
-        yield local
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+def cluster(in_process_cluster: LocalCluster) -> LocalCluster:
+    return in_process_cluster
 
 
 async def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 120.0) -> Any:
