@@ -26,16 +26,15 @@ import socketserver
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "component"))
+from hub_security_util import poll
 from test_tunnel_common import (
     HOST,
     agent_config,
@@ -55,17 +54,6 @@ BAD_ADDRESSES = ["127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:-1", "127.0.0.1:+8
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-def poll(check: Callable[[], Any], *, timeout: float = WAIT_S, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
-
 
 def tether(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True,
