@@ -1,0 +1,1 @@
+"""Connect: Services across clusters (service mirror, MCS API, multi-cluster DNS, network sets, mesh)."""
