@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import ctypes
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -48,16 +49,25 @@ import socket
 import ssl
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tether.local.network import NETNS, ROOTLESS, ClusterNetwork
+from tether.local.network import (
+    NETNS,
+    ROOTLESS,
+    UNDERLAY_CIDR,
+    UNDERLAY_HOST_IP,
+    ClusterNetwork,
+    is_local_range,
+)
 
 log = logging.getLogger(__name__)
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+T = TypeVar("T")
 
 NETNS_DIR = Path("/run/netns")
 ETC_NETNS_DIR = Path("/etc/netns")
@@ -68,6 +78,10 @@ STREAM_LIMIT = 2**16
 BRIDGE = "br0"
 NODE_LINK = "eth0"
 DNS_DOMAIN = "cluster.local"
+HOST_LINK = "to-host"  # the router namespace's end of the host link
+RTPROTO = "116"  # every route tether adds carries this tag; no other route is ever changed
+SINK_METRIC = 4000  # + the cluster index: a route someone else adds for the same range wins
+UNDERLAY_METRIC = 10  # a join's routes in a router (a kernel route to the same place stays)
 
 
 class NetnsError(Exception):
@@ -92,6 +106,19 @@ def router_namespace(index: int) -> str:
 
 def node_namespace(index: int, node: int) -> str:
     return f"tether-{index}-n{node}"
+
+
+def sink_device(index: int) -> str:
+    return f"tether-{index}-sink"
+
+
+def link_device(index: int) -> str:
+    return f"tether-{index}-link"
+
+
+def peer_link(index: int) -> str:
+    """The device in a router namespace that leads to cluster `index`'s router (a join)."""
+    return f"to-{index}"
 
 
 def owned_namespace(index: int, name: str) -> bool:
@@ -178,6 +205,85 @@ class FabricPlan:
                 "options ndots:5\n")
 
 
+@dataclass(frozen=True)
+class HostPlan:
+    """How one netns-mode cluster meets the host namespace (pure; see the module docstring)."""
+
+    network: ClusterNetwork
+
+    @property
+    def sink(self) -> str:
+        return sink_device(self.network.index)
+
+    @property
+    def link(self) -> str:
+        return link_device(self.network.index)
+
+    @property
+    def metric(self) -> str:
+        return str(SINK_METRIC + self.network.index)
+
+    def device_commands(self) -> list[list[str]]:
+        """The sink and the host link. The sink is a bridge with no ports and ARP off: every
+        packet routed to it is counted (`ip -s link`) and dropped, after the output and
+        postrouting hooks saw it (a dummy device would do the same, but its module is not in
+        every kernel)."""
+        sink, link, router = self.sink, self.link, router_namespace(self.network.index)
+        own = self.network.underlay_ip
+        return [
+            ["link", "add", sink, "type", "bridge"],
+            ["link", "set", "dev", sink, "addrgenmode", "none"],  # no IPv6 link-local chatter
+            ["link", "set", "dev", sink, "arp", "off", "multicast", "off"],
+            ["link", "set", sink, "up"],
+            ["link", "add", link, "type", "veth", "peer", "name", HOST_LINK, "netns", router],
+            ["link", "set", "dev", link, "addrgenmode", "none"],
+            ["addr", "add", UNDERLAY_HOST_IP, "peer", f"{own}/32", "dev", link],
+            ["link", "set", link, "up"],
+            ["-n", router, "addr", "add", own, "peer", f"{UNDERLAY_HOST_IP}/32", "dev", HOST_LINK],
+            ["-n", router, "link", "set", HOST_LINK, "up"],
+        ]
+
+    def sink_routes(self, pools: Iterable[IPv4Network] = ()) -> frozenset[IPv4Network]:
+        """Everything of this cluster the host must never send out: its pod, Service and fabric
+        ranges, the underlay, and the IP pools its pods may take addresses from."""
+        own = self.network.own_ranges
+        extra = {p for p in pools if not is_local_range(p) and not any(p.subnet_of(o) for o in own)}
+        return frozenset({*own, UNDERLAY_CIDR, *extra})
+
+    def link_routes(self, service_ips: Iterable[str]) -> frozenset[IPv4Network]:
+        """The addresses the host reaches through the link: each ClusterIP and the cluster DNS."""
+        wanted: set[IPv4Network] = {IPv4Network(f"{self.network.dns_service_ip}/32")}
+        for text in service_ips:
+            try:
+                address = IPv4Address(text)
+            except ValueError:
+                continue  # "None" (headless), IPv6
+            if address in self.network.service_cidr:
+                wanted.add(IPv4Network(f"{address}/32"))
+        return frozenset(wanted)
+
+    def sink_route(self, verb: str, dst: IPv4Network) -> list[str]:
+        return ["route", verb, str(dst), "dev", self.sink, "proto", RTPROTO, "metric", self.metric]
+
+    def link_route(self, verb: str, dst: IPv4Network) -> list[str]:
+        if verb == "del":
+            return ["route", "del", str(dst), "dev", self.link, "proto", RTPROTO]
+        return ["route", verb, str(dst), "via", self.network.underlay_ip, "dev", self.link, "onlink",
+                "proto", RTPROTO]
+
+
+def route_changes(current: Iterable[IPv4Network], desired: Iterable[IPv4Network],
+                  command: Callable[[str, IPv4Network], list[str]]) -> list[list[str]]:
+    """The `ip route` commands that turn `current` into `desired` (removals first)."""
+    have, want = set(current), set(desired)
+    ordered = sorted(have - want, key=_route_key) + sorted(want - have, key=_route_key)
+    return [command("del" if dst in have else "replace", dst) for dst in ordered]
+
+
+def _route_key(dst: IPv4Network) -> tuple[int, int]:
+    return (int(dst.network_address), dst.prefixlen)
+
+
 # running `ip` ------------------------------------------------------------------------------------
 
 
@@ -242,15 +348,79 @@ def delete_namespaces(names: Sequence[str]) -> list[str]:
     return [name for name in names if (NETNS_DIR / name).exists()]
 
 
+def ip_output_sync(args: Sequence[str], *, timeout_s: float = IP_TIMEOUT_S) -> str | None:
+    """`ip <args>`'s stdout from synchronous code (None when it failed)."""
+    argv = [_ip_binary(), *args]
+    try:
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+                                check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("netns: `%s` failed: %s", " ".join(argv), exc)
+        return None
+    return result.stdout.decode(errors="replace") if result.returncode == 0 else None
+
+
+def parse_routes(text: str | None, *, device_prefix: str = "") -> set[IPv4Network]:
+    """The IPv4 destinations in `ip -j route show` output (`default` and IPv6 left out), of
+    routes whose device starts with `device_prefix` when one is given."""
+    found: set[IPv4Network] = set()
+    try:
+        entries = json.loads(text or "[]")
+    except ValueError:
+        return found
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not str(entry.get("dev", "")).startswith(device_prefix):
+            continue
+        with contextlib.suppress(ValueError, TypeError):
+            found.add(IPv4Network(str(entry.get("dst")), strict=False))
+    return found
+
+
+def _tagged_args(namespace: str | None, device: str | None) -> list[str]:
+    return [*(["-n", namespace] if namespace else []), "-j", "-4", "route", "show",
+            *(["dev", device] if device else []), "proto", RTPROTO]
+
+
+async def tagged_routes(namespace: str | None = None, device: str | None = None) -> set[IPv4Network]:
+    """The routes tether added in `namespace` (None: the host's), on `device` if given."""
+    return parse_routes(await run_ip(_tagged_args(namespace, device)))
+
+
+def device_exists(name: str, namespace: str | None = None) -> bool:
+    return ip_output_sync([*(["-n", namespace] if namespace else []), "link", "show", "dev", name]) is not None
+
+
+def forget_routes_to(index: int) -> None:
+    """Remove the routes other clusters' namespaces hold toward cluster `index` (left by a join):
+    a cluster that went away, or comes back unjoined, leaves no path to its addresses behind.
+    The routes in their routers went with the link; their nodes' routes are removed here."""
+    network = ClusterNetwork.netns(index)
+    ranges = (*network.own_ranges, IPv4Network(f"{network.underlay_ip}/32"))
+    for name in list_namespaces():
+        found = re.fullmatch(r"tether-(\d+)(-n\d+)?", name)
+        if found is None or int(found.group(1)) == index:
+            continue
+        for dst in parse_routes(ip_output_sync(_tagged_args(name, None))):
+            if any(dst.subnet_of(r) for r in ranges):
+                run_ip_sync(["-n", name, "route", "del", str(dst), "proto", RTPROTO])
+
+
 def teardown_index(index: int) -> list[str]:
-    """Remove every namespace cluster index `index` created (nodes first); the ones left."""
+    """Remove every namespace and host device cluster index `index` created (nodes first), and
+    the routes other clusters hold toward it; the namespaces and devices left."""
     try:
         configured = [p.name for p in ETC_NETNS_DIR.iterdir()]
     except OSError:
         configured = []
     owned = sorted({n for n in [*list_namespaces(), *configured] if owned_namespace(index, n)})
     owned.sort(key=lambda n: n == router_namespace(index))  # the router last
-    return delete_namespaces(owned)
+    forget_routes_to(index)
+    devices = [link_device(index), sink_device(index)]  # their routes go with them
+    for device in devices:
+        if device_exists(device):
+            run_ip_sync(["link", "del", device])
+    left = delete_namespaces(owned)
+    return left + [d for d in devices if device_exists(d)]
 
 
 # sockets inside a namespace ----------------------------------------------------------------------
@@ -268,34 +438,50 @@ def _setns(fd: int) -> None:
         raise OSError(code, f"setns: {os.strerror(code)}")
 
 
-def socket_in(namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
-    """A new socket that belongs to network namespace `namespace` (a name under /run/netns).
+def in_namespace(namespace: str, work: Callable[[], T], what: str) -> T:
+    """`work()`'s result, run in network namespace `namespace` (a name under /run/netns).
 
     setns(2) runs in a throwaway thread, so no other thread ever changes namespace.
     """
-    result: list[socket.socket | BaseException] = []
+    result: list[T | BaseException] = []
 
-    def work() -> None:
+    def run() -> None:
         try:
             fd = os.open(NETNS_DIR / namespace, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 _setns(fd)
             finally:
                 os.close(fd)
-            result.append(socket.socket(family, kind))
+            result.append(work())
         except BaseException as exc:
             result.append(exc)
 
-    thread = threading.Thread(target=work, name=f"setns-{namespace}", daemon=True)
+    thread = threading.Thread(target=run, name=f"setns-{namespace}", daemon=True)
     thread.start()
     thread.join(SETNS_TIMEOUT_S)
     if not result:
-        raise NetnsError(f"creating a socket in namespace {namespace} took over {SETNS_TIMEOUT_S:.0f}s")
+        raise NetnsError(f"{what} in namespace {namespace} took over {SETNS_TIMEOUT_S:.0f}s")
     found = result[0]
     if isinstance(found, BaseException):
-        raise NetnsError(f"cannot create a socket in network namespace {namespace}: {found}; "
+        raise NetnsError(f"{what} in network namespace {namespace} failed: {found}; "
                          f"does /run/netns/{namespace} exist (is the cluster up in --netns mode)?")
     return found
+
+
+def socket_in(namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A new socket that belongs to network namespace `namespace` (it stays there, whatever
+    thread uses it later)."""
+    return in_namespace(namespace, lambda: socket.socket(family, kind), "creating a socket")
+
+
+def enable_forwarding(namespace: str) -> None:
+    """Let `namespace` route between its links (a router joined to the host or a cluster).
+    /proc/sys/net belongs to the namespace of whoever opens it, hence the setns thread."""
+
+    def write() -> None:
+        Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+
+    in_namespace(namespace, write, "enabling forwarding")
 
 
 async def connect_in(namespace: str | None, host: str, port: int, *, timeout_s: float) -> socket.socket:
@@ -383,6 +569,11 @@ class HostFabric:
         """Give the pod its address before its containers start."""
         return None
 
+    async def sync_host_routes(self, service_ips: Iterable[str], pools: Iterable[IPv4Network]) -> None:
+        """Route this cluster's addresses on the host: ClusterIPs through the host link, the
+        rest (pods, Services, IP pools) to the sink. Rootless: loopback needs no route."""
+        return None
+
     def detach_pod(self, uid: str) -> None:
         """Take the pod's address away (it has stopped)."""
         return None
@@ -396,9 +587,13 @@ class NetnsFabric(HostFabric):
     def __init__(self, network: ClusterNetwork, nodes: int) -> None:
         super().__init__(network)
         self.plan = FabricPlan(network)
+        self.host = HostPlan(network)
         self.configured = nodes
         self.nodes: list[int] = []  # slots whose namespace exists, in creation order
         self.pods: dict[str, tuple[str, str]] = {}  # pod uid -> (node namespace, pod IP)
+        # pod uid -> (pod IP, node IP) for addresses outside the node's pod /24 (IP pools):
+        # the router and the other nodes route each one to its node
+        self.pool_addresses: dict[str, tuple[str, str]] = {}
         self._lock = asyncio.Lock()
         self._up = False
 
@@ -423,12 +618,29 @@ class NetnsFabric(HostFabric):
             for command in self.plan.router_commands():
                 await run_ip(command)
             self._up = True
+            for command in self.host.device_commands():
+                await run_ip(command)
+            await self.sync_host_routes((), ())
             for slot in range(self.configured):
                 await self.ensure_node(slot)
         except BaseException:
             await self.teardown()
             raise
-        log.info("cluster network index %d: namespaces %s", self.network.index, ", ".join(self.namespaces))
+        log.info("cluster network index %d: namespaces %s; host devices %s, %s", self.network.index,
+                 ", ".join(self.namespaces), self.host.sink, self.host.link)
+
+    async def sync_host_routes(self, service_ips: Iterable[str], pools: Iterable[IPv4Network]) -> None:
+        async with self._lock:
+            if not self._up:
+                return
+            host = self.host
+            sink = route_changes(await tagged_routes(None, host.sink), host.sink_routes(pools), host.sink_route)
+            # the host link also carries a join's routes (tether.local.underlay): only the
+            # ClusterIPs are this method's
+            current = {r for r in await tagged_routes(None, host.link) if r.subnet_of(self.network.service_cidr)}
+            link = route_changes(current, host.link_routes(service_ips), host.link_route)
+            for command in [*sink, *link]:
+                await run_ip(command)
 
     async def ensure_node(self, slot: int) -> str:
         """The namespace of node `slot`, created (and routed to the others) when missing."""
@@ -444,12 +656,21 @@ class NetnsFabric(HostFabric):
             self.nodes.append(slot)  # before the commands: teardown must find a half-made node
             for command in self.plan.node_commands(slot, self.nodes):
                 await run_ip(command)
+            # what the cluster already routes beyond its nodes: joins (their routes in the
+            # router) and pool addresses on the other nodes
+            for dst in parse_routes(await run_ip(_tagged_args(self.plan.router, None)), device_prefix="to-"):
+                await run_ip(["-n", name, "route", "replace", str(dst), "via", self.network.router_ip,
+                              "proto", RTPROTO])
+            for pod_ip, node_ip in self.pool_addresses.values():
+                if node_ip != self.network.node_ip(slot):
+                    await run_ip(["-n", name, *_pool_route("replace", pod_ip, node_ip)])
         return name
 
     async def teardown(self) -> None:
         self._up = False
         self.nodes.clear()
         self.pods.clear()
+        self.pool_addresses.clear()
         left = await asyncio.to_thread(teardown_index, self.network.index)
         if left:
             log.warning("netns: could not remove %s; remove them with `ip netns del <name>`", ", ".join(left))
@@ -494,15 +715,37 @@ class NetnsFabric(HostFabric):
         added = pod_ip != node_ip  # host-network pods use the node's own address
         if added:
             await run_ip(["-n", namespace, "addr", "replace", f"{pod_ip}/32", "dev", "lo"])
+            if not _inside(pod_ip, self.network.node_pod_cidr(slot)):
+                # an IP pool's address: the node /24 routes do not cover it
+                async with self._lock:
+                    self.pool_addresses[uid] = (pod_ip, node_ip)
+                    for other in [self.plan.router, *(self.plan.node(s) for s in self.nodes if s != slot)]:
+                        await run_ip(["-n", other, *_pool_route("replace", pod_ip, node_ip)])
         self.pods[uid] = (namespace, pod_ip if added else "")
 
     def detach_pod(self, uid: str) -> None:
         found = self.pods.pop(uid, None)
+        routed = self.pool_addresses.pop(uid, None)
         if found is None or not found[1] or found in self.pods.values():
             return  # unknown, host network, or the address went to a newer pod meanwhile
         namespace, pod_ip = found
         if (NETNS_DIR / namespace).exists():
             run_ip_sync(["-n", namespace, "addr", "del", f"{pod_ip}/32", "dev", "lo"], timeout_s=2.0)
+        if routed is not None:
+            for other in [self.plan.router, *(self.plan.node(s) for s in self.nodes)]:
+                if other != namespace and (NETNS_DIR / other).exists():
+                    run_ip_sync(["-n", other, *_pool_route("del", *routed)], timeout_s=2.0)
+
+
+def _inside(address: str, cidr: IPv4Network) -> bool:
+    try:
+        return IPv4Address(address) in cidr
+    except ValueError:
+        return False
+
+
+def _pool_route(verb: str, pod_ip: str, node_ip: str) -> list[str]:
+    return ["route", verb, f"{pod_ip}/32", "via", node_ip, "proto", RTPROTO]
 
 
 def fabric_for(network: ClusterNetwork, nodes: int) -> HostFabric:
