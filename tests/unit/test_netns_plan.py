@@ -164,7 +164,10 @@ def test_underlay_join_plan() -> None:
         "-n", "tether-1", "route", "replace", "10.18.0.0/16", "via", "10.200.0.3", "onlink", "dev", "to-2",
         "proto", RTPROTO, "metric", "10"]
     assert side.node_route("replace", "tether-1-n0", b.pod_cidr) == [
-        "-n", "tether-1-n0", "route", "replace", "10.18.0.0/16", "via", "10.129.0.1", "proto", RTPROTO]
+        "-n", "tether-1-n0", "route", "replace", "10.18.0.0/16", "via", "10.129.0.1", "src", "10.17.1.1",
+        "proto", RTPROTO]  # from the node's pod-range address: b routes a's pods back, not a's fabric
+    with pytest.raises(NetnsError):
+        side.node_route("replace", "tether-2-n0", b.pod_cidr)
     host = Side(a, HOST)
     assert reached_through(HOST) == (IPv4Network("10.200.0.254/32"),)
     assert host.router_route("replace", IPv4Network("10.200.0.254/32")) == [

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import ipaddress
 import json
 import logging
@@ -185,6 +186,7 @@ class FabricPlan:
             ["-n", r, "link", "set", link, "master", BRIDGE],
             ["-n", r, "link", "set", link, "up"],
             ["-n", n, "addr", "add", f"{ip}/{fabric.prefixlen}", "dev", NODE_LINK],
+            ["-n", n, "addr", "add", f"{self.network.node_pod_gateway(slot)}/32", "dev", "lo"],
             ["-n", n, "link", "set", NODE_LINK, "up"],
             ["-n", n, "route", "add", str(self.network.service_cidr), "via", self.network.router_ip],
             ["-n", n, "route", "add", "unreachable", cidr],
@@ -210,6 +212,7 @@ class HostPlan:
     """How one netns-mode cluster meets the host namespace (pure; see the module docstring)."""
 
     network: ClusterNetwork
+    owner: str = ""  # written as the devices' alias: whose they are after a crash (the data dir)
 
     @property
     def sink(self) -> str:
@@ -234,9 +237,11 @@ class HostPlan:
             ["link", "add", sink, "type", "bridge"],
             ["link", "set", "dev", sink, "addrgenmode", "none"],  # no IPv6 link-local chatter
             ["link", "set", "dev", sink, "arp", "off", "multicast", "off"],
+            *([["link", "set", "dev", sink, "alias", self.owner]] if self.owner else []),
             ["link", "set", sink, "up"],
             ["link", "add", link, "type", "veth", "peer", "name", HOST_LINK, "netns", router],
             ["link", "set", "dev", link, "addrgenmode", "none"],
+            *([["link", "set", "dev", link, "alias", self.owner]] if self.owner else []),
             ["addr", "add", UNDERLAY_HOST_IP, "peer", f"{own}/32", "dev", link],
             ["link", "set", link, "up"],
             ["-n", router, "addr", "add", own, "peer", f"{UNDERLAY_HOST_IP}/32", "dev", HOST_LINK],
@@ -403,6 +408,27 @@ def forget_routes_to(index: int) -> None:
         for dst in parse_routes(ip_output_sync(_tagged_args(name, None))):
             if any(dst.subnet_of(r) for r in ranges):
                 run_ip_sync(["-n", name, "route", "del", str(dst), "proto", RTPROTO])
+
+
+def owner_tag(data_dir: Path) -> str:
+    """What marks a cluster's host devices as its own (an alias is at most 255 bytes; a path
+    may be longer)."""
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+    return f"tether cluster {digest}"
+
+
+def remove_devices_of(index: int, owner: str) -> list[str]:
+    """Remove cluster index `index`'s host devices if `owner` made them (their alias says so),
+    even while another cluster holds the index: a rootless holder has no such devices, and a
+    netns holder's carry its own data directory. The devices left."""
+    removed: list[str] = []
+    for device in (link_device(index), sink_device(index)):
+        shown = ip_output_sync(["-j", "link", "show", "dev", device])
+        with contextlib.suppress(ValueError, IndexError, AttributeError, TypeError):
+            if owner and json.loads(shown or "[]")[0].get("ifalias") == owner:
+                run_ip_sync(["link", "del", device])
+                removed.append(device)
+    return [d for d in removed if device_exists(d)]
 
 
 def teardown_index(index: int) -> list[str]:
@@ -584,10 +610,10 @@ class NetnsFabric(HostFabric):
 
     mode = NETNS
 
-    def __init__(self, network: ClusterNetwork, nodes: int) -> None:
+    def __init__(self, network: ClusterNetwork, nodes: int, owner: str = "") -> None:
         super().__init__(network)
         self.plan = FabricPlan(network)
-        self.host = HostPlan(network)
+        self.host = HostPlan(network, owner)
         self.configured = nodes
         self.nodes: list[int] = []  # slots whose namespace exists, in creation order
         self.pods: dict[str, tuple[str, str]] = {}  # pod uid -> (node namespace, pod IP)
@@ -659,8 +685,7 @@ class NetnsFabric(HostFabric):
             # what the cluster already routes beyond its nodes: joins (their routes in the
             # router) and pool addresses on the other nodes
             for dst in parse_routes(await run_ip(_tagged_args(self.plan.router, None)), device_prefix="to-"):
-                await run_ip(["-n", name, "route", "replace", str(dst), "via", self.network.router_ip,
-                              "proto", RTPROTO])
+                await run_ip(["-n", name, *underlay_node_route("replace", self.network, slot, dst)])
             for pod_ip, node_ip in self.pool_addresses.values():
                 if node_ip != self.network.node_ip(slot):
                     await run_ip(["-n", name, *_pool_route("replace", pod_ip, node_ip)])
@@ -737,6 +762,19 @@ class NetnsFabric(HostFabric):
                     run_ip_sync(["-n", other, *_pool_route("del", *routed)], timeout_s=2.0)
 
 
+def underlay_node_route(verb: str, network: ClusterNetwork, slot: int, dst: IPv4Network) -> list[str]:
+    """A node's route to a joined peer: via its router, from the node's pod-range address (a
+    peer routes this cluster's pod range back, never its fabric)."""
+    return ["route", verb, str(dst), "via", network.router_ip, "src", network.node_pod_gateway(slot),
+            "proto", RTPROTO]
+
+
+def node_slot(network: ClusterNetwork, namespace: str) -> int | None:
+    """The node slot of `namespace` when it is one of `network`'s node namespaces."""
+    found = re.fullmatch(rf"tether-{network.index}-n(\d+)", namespace)
+    return int(found.group(1)) if found else None
+
+
 def _inside(address: str, cidr: IPv4Network) -> bool:
     try:
         return IPv4Address(address) in cidr
@@ -748,5 +786,6 @@ def _pool_route(verb: str, pod_ip: str, node_ip: str) -> list[str]:
     return ["route", verb, f"{pod_ip}/32", "via", node_ip, "proto", RTPROTO]
 
 
-def fabric_for(network: ClusterNetwork, nodes: int) -> HostFabric:
-    return NetnsFabric(network, nodes) if network.mode == NETNS else HostFabric(network)
+def fabric_for(network: ClusterNetwork, nodes: int, owner: str = "") -> HostFabric:
+    """The cluster's fabric; `owner` (its data directory) marks the host devices it makes."""
+    return NetnsFabric(network, nodes, owner) if network.mode == NETNS else HostFabric(network)

@@ -106,6 +106,12 @@ class ClusterNetwork:
             raise NetworkError(f"node index {node_index} is outside 0..{MAX_NODES - 1}")
         return list(self.pod_cidr.subnets(new_prefix=24))[node_index + 1]
 
+    def node_pod_gateway(self, node_index: int) -> str:
+        """The first address of the node's pod /24 (IPAM never hands it out): rootless, the
+        node's InternalIP; netns, the node's source address toward joined peers, so their
+        replies come back through the pod range they route."""
+        return str(self.node_pod_cidr(node_index).network_address + 1)
+
     def node_ip(self, node_index: int) -> str:
         """The node's InternalIP: rootless, the first address of its pod range (like a cni0
         bridge); netns, its address on the cluster's fabric."""

@@ -11,7 +11,8 @@ only after `join`, and until `leave` (or until either side goes down). A join is
   `tether.local.netns`);
 - routes, tagged like every route tether adds: in each router, the peer's pod and Service ranges
   via the peer's underlay address (the host: its underlay address); in each node, the same
-  destinations via its router; on the host (a join with the host), the cluster's pod range
+  destinations via its router, from the node's own pod-range address (pods share their node's
+  network namespace, and a peer routes back the pod range, never the fabric); on the host (a join with the host), the cluster's pod range
   through the host link instead of the sink; and forwarding on in the routers.
 
 So a member's pods reach the hub the same way whatever the hub is: the hub cluster's Service
@@ -42,9 +43,11 @@ from tether.local.netns import (
     enable_forwarding,
     link_device,
     list_namespaces,
+    node_slot,
     peer_link,
     router_namespace,
     run_ip,
+    underlay_node_route,
 )
 from tether.local.network import NETNS, UNDERLAY_HOST_IP, ClusterNetwork
 
@@ -94,7 +97,10 @@ class Side:
         return [*head, "via", self.peer.underlay_ip, "onlink", *tail]
 
     def node_route(self, verb: str, node: str, dst: IPv4Network) -> list[str]:
-        return ["-n", node, "route", verb, str(dst), "via", self.network.router_ip, "proto", RTPROTO]
+        slot = node_slot(self.network, node)
+        if slot is None:
+            raise NetnsError(f"{node} is not a node namespace of cluster index {self.network.index}")
+        return ["-n", node, *underlay_node_route(verb, self.network, slot, dst)]
 
 
 def _check(network: ClusterNetwork) -> None:
