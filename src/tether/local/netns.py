@@ -8,12 +8,14 @@ goes through the cluster's *fabric* (`LocalCluster.fabric`), so the two modes di
 - `NetnsFabric` (`tether local up --netns`, root): cluster index i gets
 
       tether-<i>          the router namespace: bridge `br0` with the fabric's .1, an AnyIP route
-                          (`local <service cidr> dev lo`) so every ClusterIP is bindable there, and
-                          a route to each node's pod /24 via that node
-      tether-<i>-n<k>     node k: `eth0` (veth to `n<k>` on the bridge) with its InternalIP, its
+                          (`local <service cidr> dev lo`) so every ClusterIP is bindable there,
+                          a route to each node's pod /24 via that node, `to-host` (the host
+                          link, below) and, once joined (underlay), `to-<j>` to cluster j
+      tether-<i>-n<k>     node k: `eth0` (veth to `n<k>` on the bridge) with its InternalIP, the
+                          first address of its pod /24 (its source toward joined peers) and its
                           pods' IPs as /32s on `lo` (added before the containers start, removed
                           when the pod goes), a route to every other node's pod /24 via that node
-                          (host-gw style, no forwarding anywhere), the service range via the
+                          (host-gw style: nodes never forward), the service range via the
                           router, and `unreachable` for the rest of its own pod /24
 
   Pods run in their node's namespace (`ip netns exec`, which also bind-mounts
@@ -24,14 +26,36 @@ goes through the cluster's *fabric* (`LocalCluster.fabric`), so the two modes di
   own components go out of the router namespace (which routes to every pod), except to loopback
   addresses: those are the host's (the API server behind the `kubernetes` Service).
 
-  Clusters never share a namespace, link or route: the host namespace has no link to any of them
-  and two clusters' namespaces have none to each other, so a pod of one cannot reach the other's
-  pod or service addresses (connect fails with ENETUNREACH). Namespace names carry the cluster
-  index, which `network.claim_index` holds machine-wide, so two data directories never clash.
+  How the namespaces meet the host (the host side, `HostPlan`; tagged `proto 116` on every route
+  tether adds, so no other route is ever changed):
 
-Python 3.11 has no `os.setns`: `socket_in` calls setns(2) through ctypes in a short-lived thread,
-creates the socket there (a socket belongs to the namespace it was created in, whatever thread uses
-it later) and hands it back, for asyncio to use with `sock=`.
+      tether-<i>-sink     a device that drops what it is given (a bridge with no ports and ARP
+                          off): the host routes the cluster's pod, Service and fabric ranges, the
+                          underlay and its IP pools' ranges there (metric 4000+i, so a route
+                          someone else made for the same range wins). A packet for an unused
+                          cluster address ends there, counted, after nftables' output and
+                          postrouting hooks saw it (unlike `unreachable`/`blackhole` routes);
+                          it never takes the default route
+      tether-<i>-link     veth to `to-host` in the router: each ClusterIP (and the DNS address)
+                          is a /32 through it, so `curl http://<ClusterIP>/` on the host reaches
+                          the service proxy (`HostRoutes` keeps the /32s in step with Services)
+
+  Devices are named by the cluster index and carry the data directory's `owner_tag` as alias;
+  `setup` first removes what an earlier run of the index left (a `kill -9`), `teardown` removes
+  the namespaces and devices (their routes go with them).
+
+  Clusters meet each other, and their pods meet the host, only through the underlay
+  (`tether.local.underlay`: `join`/`leave`); until then a pod of one cluster gets ENETUNREACH for
+  another cluster's addresses and for the host's. Namespace names carry the cluster index, which
+  `network.claim_index` holds machine-wide, so two data directories never clash.
+
+  Pods of a Calico IPPool outside the node's pod /24 get a /32 route to their node in the router
+  and in every other node (`pool_addresses`).
+
+Python 3.11 has no `os.setns`: `in_namespace` calls setns(2) through ctypes in a short-lived
+thread and runs its work there: `socket_in` creates a socket (it belongs to the namespace it was
+created in, whatever thread uses it later) for asyncio to use with `sock=`; `enable_forwarding`
+writes /proc/sys/net, which belongs to the namespace of whoever opens it.
 """
 
 from __future__ import annotations
