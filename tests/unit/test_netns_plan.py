@@ -22,6 +22,7 @@ from tether.local.netns import (
     parse_routes,
     peer_link,
     route_changes,
+    shadowed,
     sink_device,
 )
 from tether.local.network import MAX_NETNS_CLUSTERS, ClusterNetwork, NetworkError, choose_mode
@@ -176,3 +177,17 @@ def test_underlay_join_plan() -> None:
                                         "tether-1-link", "onlink", "proto", RTPROTO]
     with pytest.raises(NetnsError):
         asyncio.run(join(ClusterNetwork.rootless(1), HOST))
+
+
+def test_shadowing_routes_are_reported() -> None:
+    routes = json.dumps([
+        {"dst": "default", "gateway": "192.0.2.1", "dev": "eth0"},
+        {"dst": "192.0.2.0/24", "dev": "eth0", "protocol": "kernel"},
+        {"dst": "10.0.0.0/8", "dev": "vpn0", "protocol": "static"},  # less specific: the sink wins
+        {"dst": "10.21.0.0/16", "dev": "tether-5-sink", "protocol": RTPROTO},
+    ])
+    # a pool the same size as the host's network (its metric wins), one larger; one more specific is fine
+    found = shadowed(routes, [IPv4Network("192.0.2.0/24"), IPv4Network("192.0.2.0/23"),
+                              IPv4Network("192.0.2.128/25"), IPv4Network("10.21.0.0/16")])
+    assert found == [f"the host's route 192.0.2.0/24 dev eth0 covers part of 192.0.2.0/{n}: from the host, those "
+                     "addresses go there, not to this cluster; use a range this machine does not" for n in (23, 24)]

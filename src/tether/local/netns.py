@@ -301,6 +301,29 @@ class HostPlan:
                 "proto", RTPROTO]
 
 
+def shadowed(routes_json: str, sunk: Iterable[IPv4Network]) -> list[str]:
+    """Routes tether did not make that win over a sink route (as specific or more, and any
+    metric beats the sink's): what they cover goes their way from the host, not to the sink."""
+    found: list[str] = []
+    try:
+        entries = json.loads(routes_json or "[]")
+    except ValueError:
+        return found
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or str(entry.get("protocol")) == RTPROTO:
+            continue
+        device = str(entry.get("dev", ""))
+        try:
+            dst = IPv4Network(str(entry.get("dst")), strict=False)
+        except ValueError:
+            continue  # default: every sink route is more specific
+        for mine in sorted(sunk, key=_route_key):
+            if dst.overlaps(mine) and dst.prefixlen >= mine.prefixlen and not device.startswith("tether-"):
+                found.append(f"the host's route {dst} dev {device or '?'} covers part of {mine}: from the host, "
+                             "those addresses go there, not to this cluster; use a range this machine does not")
+    return found
+
+
 def route_changes(current: Iterable[IPv4Network], desired: Iterable[IPv4Network],
                   command: Callable[[str, IPv4Network], list[str]]) -> list[list[str]]:
     """The `ip route` commands that turn `current` into `desired` (removals first)."""
@@ -691,6 +714,9 @@ class NetnsFabric(HostFabric):
             link = route_changes(current, host.link_routes(service_ips), host.link_route)
             for command in [*sink, *link]:
                 await run_ip(command)
+            if sink:
+                for problem in shadowed(await run_ip(["-j", "-4", "route", "show"]), host.sink_routes(pools)):
+                    log.warning("cluster network index %d: %s", self.network.index, problem)
 
     async def ensure_node(self, slot: int) -> str:
         """The namespace of node `slot`, created (and routed to the others) when missing."""
