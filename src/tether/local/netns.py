@@ -236,7 +236,7 @@ class HostPlan:
     """How one netns-mode cluster meets the host namespace (pure; see the module docstring)."""
 
     network: ClusterNetwork
-    owner: str = ""  # written as the devices' alias: whose they are after a crash (the data dir)
+    owner: str = ""  # the devices' alias: whose they are after a crash (`owner_tag` of the data dir)
 
     @property
     def sink(self) -> str:
