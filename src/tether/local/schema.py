@@ -55,6 +55,7 @@ LIST_TYPE = "x-kubernetes-list-type"
 LIST_MAP_KEYS = "x-kubernetes-list-map-keys"
 _META_FIELDS = frozenset({"apiVersion", "kind", "metadata"})
 _TYPES = ("array", "boolean", "integer", "number", "object", "string")
+ROOT_FIELD = "<nil>"  # how kube-apiserver names the field of an error with no path
 
 
 @dataclass(frozen=True)
@@ -311,6 +312,8 @@ def _validate(value: Any, schema: Schema, path: Path, errors: _Collector) -> Non
         _check_array(value, schema, path, errors)
     elif isinstance(value, Mapping):
         _check_object(value, schema, path, errors)
+    if "anyOf" in schema or "oneOf" in schema or "allOf" in schema or "not" in schema:
+        _check_composite(value, schema, path, errors)
 
 
 def _check_type(value: Any, schema: Schema, path: Path, errors: _Collector) -> bool:
@@ -528,6 +531,59 @@ def _check_object(value: Mapping[str, Any], schema: Schema, path: Path, errors: 
         elif additional is False:
             detail = f"{_dotted((*path, key))} in body is a forbidden property"
             errors.invalid((*path, key), "", detail)
+
+
+def _branch(value: Any, branch: Any, path: Path) -> list[Violation]:
+    found = _Collector()
+    if isinstance(branch, Mapping):
+        _validate(value, branch, path, found)
+    return found.violations
+
+
+def _closest(results: list[list[Violation]]) -> list[Violation]:
+    """The failing branch with the fewest violations (the first of equals)."""
+    return min(results, key=lambda r: len(r))
+
+
+def _check_composite(value: Any, schema: Schema, path: Path, errors: _Collector) -> None:
+    """anyOf / oneOf / allOf / not: value validations over alternatives.
+
+    As kube-apiserver reports them: the composite failure is a root-level error (field `<nil>`,
+    the node's dotted path quoted in the message), followed by the errors of the branch that
+    came closest (anyOf, oneOf) or of every branch (allOf).
+    """
+    name = json.dumps(_dotted(path))
+
+    def composite(detail: str) -> None:
+        errors.add(ROOT_FIELD, "FieldValueInvalid", f'Invalid value: "": {name} {detail}')
+
+    any_of = schema.get("anyOf")
+    if isinstance(any_of, list) and any_of:
+        results = [_branch(value, b, path) for b in any_of]
+        if all(results):
+            composite("must validate at least one schema (anyOf)")
+            errors.violations.extend(_closest(results))
+    one_of = schema.get("oneOf")
+    if isinstance(one_of, list) and one_of:
+        results = [_branch(value, b, path) for b in one_of]
+        valid = sum(1 for r in results if not r)
+        if valid != 1:
+            found = "Found none valid" if not valid else f"Found {valid} valid alternatives"
+            composite(f"must validate one and only one schema (oneOf). {found}")
+            if not valid:
+                errors.violations.extend(_closest(results))
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and all_of:
+        results = [_branch(value, b, path) for b in all_of]
+        failed = [r for r in results if r]
+        if failed:
+            for result in failed:
+                errors.violations.extend(result)
+            none = ". None validated" if len(failed) == len(results) else ""
+            composite(f"must validate all the schemas (allOf){none}")
+    negated = schema.get("not")
+    if isinstance(negated, Mapping) and not _branch(value, negated, path):
+        composite("must not validate the schema (not)")
 
 
 # ---------------------------------------------------------------------------------------------
