@@ -263,3 +263,29 @@ def test_every_manifest_tether_shows_still_applies(hub: Hub) -> None:
         if result.returncode != 0 or "Warning" in result.stderr:
             refused.append(f"{where}: {result.stderr.strip()}")
     assert refused == []
+
+
+def test_status_writes_are_pruned_too(hub: Hub) -> None:
+    """A status write keeps only what the schema declares (kubectl patch sends no
+    fieldValidation: the server's default, Warn, drops the field and says so)."""
+    name = unique("kfc")
+    ok(hub.apply(f"""\
+apiVersion: core.kubefed.io/v1beta1
+kind: KubeFedCluster
+metadata:
+  name: {name}
+spec:
+  apiEndpoint: https://127.0.0.1:6443
+  secretRef:
+    name: {name}
+"""))
+    status = {"status": {"conditions": [{"type": "Ready", "status": "True",
+                                         "lastProbeTime": "2026-01-01T00:00:00Z"}],
+                         "region": "eu", "regionz": "eu"}}
+    result = hub.kubectl("-n", hub.namespace, "patch", "kubefedcluster", name, "--subresource=status",
+                         "--type=merge", "-p", json.dumps(status), check=False)
+    assert result.returncode == 0, result.stderr
+    assert 'Warning: unknown field "status.regionz"' in result.stderr
+    stored = hub.get("kubefedcluster", name)["status"]
+    assert stored["region"] == "eu" and "regionz" not in stored
+    assert stored["conditions"][0]["type"] == "Ready"
