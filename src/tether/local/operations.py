@@ -178,7 +178,7 @@ class Operations:
             unknown += schema_unknown
         elif rt.crd and rt.schema is not None and "status" in obj:
             # A status write keeps only the status (the rest is the stored object): prune that.
-            pruned, schema_unknown = schema.prune({"status": obj["status"]}, rt.schema)
+            pruned, schema_unknown = schema.prune({"status": obj["status"]}, rt.schema, copy=False)
             if "status" in pruned:
                 obj["status"] = pruned["status"]
             else:

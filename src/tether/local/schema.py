@@ -132,17 +132,19 @@ def _default(value: Any, schema: Schema | None) -> Any:
 # Pruning
 
 
-def prune(obj: Any, schema: Schema | None) -> tuple[Any, list[str]]:
+def prune(obj: Any, schema: Schema | None, *, copy: bool = True) -> tuple[Any, list[str]]:
     """A copy of `obj` without undeclared fields, and the paths removed (`spec.foo`).
 
     The top level is treated as an embedded resource: apiVersion, kind and metadata stay.
     Below `x-kubernetes-preserve-unknown-fields: true`, unknown fields stay but declared
     children are still pruned. `additionalProperties: true` keeps the whole value.
+    `copy=False` saves the deep copy: the result may then share the values it keeps whole
+    (preserved subtrees, metadata) with `obj`, which the caller must own.
     """
     removed: list[str] = []
     root = dict(schema or {})
     root[EMBEDDED] = True
-    return _prune(_copy(obj), root, (), removed), removed
+    return _prune(_copy(obj) if copy else obj, root, (), removed), removed
 
 
 def _is_meta(key: str, value: Any) -> bool:
