@@ -290,3 +290,28 @@ def test_unknown_upstream_type() -> None:
         crds.upstream_crd("widgets.example.com")
     with pytest.raises(crds.UnknownUpstreamType):
         crds.upstream_crd("resourcebindings.work.karmada.io", version="v9")
+
+
+def test_what_tether_writes_itself_is_declared() -> None:
+    """`tether federate` objects and `tether enable` CRDs fit the schemas, with nothing pruned."""
+    from tether.federation import kubefed, typeconfig
+
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "web", "namespace": "n", "uid": "u", "resourceVersion": "1"},
+                  "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}},
+                  "status": {"replicas": 2}}
+    federated = kubefed.federate(deployment)
+    root = root_schema(crds.federated_crd("Deployment", "deployments", "Namespaced"))
+    assert schema.prune(federated, root)[1] == []
+    assert schema.validate(federated, root) == []
+    target = typeconfig.ApiType("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True,
+                                "poddisruptionbudget", ("pdb",))
+    objects = typeconfig.type_objects(target, federated_group="example.io")
+    assert objects.crd["metadata"]["name"] == "federatedpoddisruptionbudgets.example.io"
+    assert objects.crd["spec"]["names"]["shortNames"] == ["fpdb"]
+    enabled = root_schema(objects.crd)
+    assert sorted(preserved_paths(enabled)) == [
+        ".spec.overrides[].clusterOverrides[].value", ".spec.template", ".status.clusters[].remoteStatus"]
+    ftc_root = root_schema(by_name("federatedtypeconfigs.core.kubefed.io"))
+    assert schema.prune(objects.type_config, ftc_root)[1] == []
+    assert schema.validate(objects.type_config, ftc_root) == []
