@@ -588,6 +588,18 @@ def test_composite_violation_is_a_root_field_error() -> None:
     assert (violation.field, violation.reason) == ("<nil>", "FieldValueInvalid")
 
 
+def test_embedded_resources_must_name_their_type() -> None:
+    embedded = {"type": "object", "x-kubernetes-embedded-resource": True,
+                "x-kubernetes-preserve-unknown-fields": True}
+    tree = obj_schema(spec=obj_schema(items={"type": "array", "items": embedded}))
+    good = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {}}
+    assert errors(tree, {"spec": {"items": [good]}}) == []
+    assert errors(tree, {"spec": {"items": [good, {"kind": "ConfigMap"}, {"apiVersion": "v1", "kind": ""}]}}) == [
+        "spec.items[1].apiVersion: Required value: must not be empty",
+        "spec.items[2].kind: Required value: must not be empty",
+    ]
+
+
 def test_validate_without_schema() -> None:
     assert schema.validate({"anything": 1}, None) == []
     assert schema.validate({"anything": 1}, {}) == []

@@ -510,6 +510,12 @@ def _check_list_type(value: Sequence[Any], schema: Schema, path: Path, errors: _
 
 def _check_object(value: Mapping[str, Any], schema: Schema, path: Path, errors: _Collector) -> None:
     name = _dotted(path)
+    if path and schema.get(EMBEDDED) is True:
+        # An embedded object must say what it is, as the server's embedded-resource check does
+        # (the top level is the request's own object: its type is checked elsewhere).
+        for key in ("apiVersion", "kind"):
+            if not value.get(key):
+                errors.add(_field_path((*path, key)), "FieldValueRequired", "Required value: must not be empty")
     min_props = schema.get("minProperties")
     if isinstance(min_props, int) and len(value) < min_props:
         detail = f"{name} in body should have at least {min_props} properties"
