@@ -315,3 +315,18 @@ def test_what_tether_writes_itself_is_declared() -> None:
     ftc_root = root_schema(by_name("federatedtypeconfigs.core.kubefed.io"))
     assert schema.prune(objects.type_config, ftc_root)[1] == []
     assert schema.validate(objects.type_config, ftc_root) == []
+
+
+def test_tether_additions_name_served_types() -> None:
+    served = {c["metadata"]["name"] for c in crds.hub_crds()}
+    assert set(crds.TETHER_ADDITIONS) - served == {"federated<kind>.types.kubefed.io"}
+
+
+def test_builders_for_types_the_hub_does_not_serve_yet() -> None:
+    taint = crds.cluster_taint_policy_crd()
+    assert (taint["spec"]["names"]["kind"], taint["spec"]["scope"]) == ("ClusterTaintPolicy", "Cluster")
+    rebalancer = crds.workload_rebalancer_crd()
+    assert rebalancer["spec"]["group"] == "apps.karmada.io"
+    assert rebalancer["spec"]["versions"][0]["subresources"] == {"status": {}}
+    served = {c["metadata"]["name"] for c in crds.hub_crds()}
+    assert not {taint["metadata"]["name"], rebalancer["metadata"]["name"]} & served

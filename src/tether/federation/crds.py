@@ -404,6 +404,16 @@ def resource_binding_crd(cluster_scoped: bool) -> Crd:
     return upstream_crd(f"{name}.{KARMADA_WORK_GROUP}", version="v1alpha2")
 
 
+def cluster_taint_policy_crd() -> Crd:
+    """Karmada's ClusterTaintPolicy; not in `hub_crds()` until a controller acts on it."""
+    return upstream_crd(f"clustertaintpolicies.{KARMADA_POLICY_GROUP}")
+
+
+def workload_rebalancer_crd() -> Crd:
+    """Karmada's WorkloadRebalancer; not in `hub_crds()` until a controller acts on it."""
+    return upstream_crd("workloadrebalancers.apps.karmada.io")
+
+
 # KubeFed ------------------------------------------------------------------------------------
 
 
