@@ -399,7 +399,7 @@ def override_policy_crd(cluster_scoped: bool) -> Crd:
 
 def resource_binding_crd(cluster_scoped: bool) -> Crd:
     """Karmada's (Cluster)ResourceBinding at v1alpha2, the version Karmada stores and tools read
-    (v1alpha1 is only reachable through Karmada's conversion webhook, which the hub has not)."""
+    (v1alpha1 is only reachable through Karmada's conversion webhook, which the hub does not run)."""
     name = "clusterresourcebindings" if cluster_scoped else "resourcebindings"
     return upstream_crd(f"{name}.{KARMADA_WORK_GROUP}", version="v1alpha2")
 
