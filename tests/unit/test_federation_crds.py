@@ -30,6 +30,8 @@ def test_names_and_short_names() -> None:
         "clusterpropagationpolicies.policy.karmada.io": ("Cluster", ["cpp"]),
         "overridepolicies.policy.karmada.io": ("Namespaced", ["op"]),
         "clusteroverridepolicies.policy.karmada.io": ("Cluster", ["cop"]),
+        "clustertaintpolicies.policy.karmada.io": ("Cluster", None),
+        "workloadrebalancers.apps.karmada.io": ("Cluster", None),
         "federatedtypeconfigs.core.kubefed.io": ("Namespaced", ["ftc"]),
         "replicaschedulingpreferences.scheduling.kubefed.io": ("Namespaced", ["rsp"]),
         "works.work.tether.io": ("Namespaced", None),

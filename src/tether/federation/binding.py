@@ -47,16 +47,16 @@ def _hash(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def policy_ref(policy: Obj) -> str:
+def policy_ref(policy: Mapping[str, Any]) -> str:
     meta = mapping(policy.get("metadata"))
     return f"{policy.get('kind', '')}/{meta.get('namespace') or ''}/{meta.get('name', '')}"
 
 
-def policy_hash(policy: Obj) -> str:
+def policy_hash(policy: Mapping[str, Any]) -> str:
     return _hash([policy_ref(policy), policy.get("spec")])
 
 
-def template_hash(template: Obj) -> str:
+def template_hash(template: Mapping[str, Any]) -> str:
     """The template as propagated: spec and the rest, labels and the user's annotations (not
     tether's own annotations, finalizers, status or server fields)."""
     meta = mapping(template.get("metadata"))
@@ -82,7 +82,7 @@ class Binding:
         return self.previous.clusters
 
 
-def read_binding(template: Obj, works: Iterable[Obj]) -> Binding:
+def read_binding(template: Mapping[str, Any], works: Iterable[Obj]) -> Binding:
     tasks = parse_tasks(nested(template, "metadata", "annotations", EVICTION_ANNOTATION))
     evicting = frozenset(t.from_cluster for t in tasks)
     live = {work_cluster(w): w for w in works if not nested(w, "metadata", "deletionTimestamp")}

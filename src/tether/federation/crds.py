@@ -4,7 +4,8 @@
   the member registry, shaped like Karmada's Cluster (spec.syncMode/apiEndpoint/secretRef/...,
   status.conditions/kubernetesVersion/nodeSummary/resourceSummary/apiEnablements).
 - Karmada `policy.karmada.io/v1alpha1`: PropagationPolicy (`pp`), ClusterPropagationPolicy
-  (`cpp`), OverridePolicy (`op`), ClusterOverridePolicy (`cop`).
+  (`cpp`), OverridePolicy (`op`), ClusterOverridePolicy (`cop`), ClusterTaintPolicy; and
+  `apps.karmada.io/v1alpha1` WorkloadRebalancer.
 - KubeFed `core.kubefed.io/v1beta1` FederatedTypeConfig (`ftc`) and
   `scheduling.kubefed.io/v1alpha1` ReplicaSchedulingPreference (`rsp`).
 - `works.work.tether.io`: what the propagation engine applies to one member; namespaced, living
@@ -407,6 +408,52 @@ def override_policy_crd(cluster_scoped: bool) -> Crd:
     )
 
 
+def cluster_taint_policy_crd() -> Crd:
+    """Karmada's ClusterTaintPolicy (policy.karmada.io/v1alpha1, cluster-scoped)."""
+    match = array(obj({
+        "conditionType": string(),
+        "operator": string(enum=["In", "NotIn"]),
+        "statusValues": array(string()),
+    }, required=("conditionType", "operator", "statusValues")))
+    spec = obj({
+        "targetClusters": cluster_affinity(),
+        "addOnConditions": match,
+        "removeOnConditions": match,
+        "taints": {**array(obj({
+            "key": string(), "value": string(),
+            "effect": string(enum=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+        }, required=("key", "effect"))), "minItems": 1},
+    }, required=("taints",))
+    return crd(group=KARMADA_POLICY_GROUP, version="v1alpha1", kind="ClusterTaintPolicy",
+               plural="clustertaintpolicies", scope="Cluster",
+               schema=root(spec, required=("spec",)), columns=(AGE,), status=False)
+
+
+KARMADA_APPS_GROUP = "apps.karmada.io"
+
+
+def workload_rebalancer_crd() -> Crd:
+    """Karmada's WorkloadRebalancer (apps.karmada.io/v1alpha1, cluster-scoped)."""
+    reference = obj({"apiVersion": string(), "kind": string(), "name": string(),
+                     "namespace": string()}, required=("apiVersion", "kind", "name"))
+    spec = obj({
+        "workloads": {**array(reference), "minItems": 1},
+        "ttlSecondsAfterFinished": integer(format="int32"),
+    }, required=("workloads",))
+    status = obj({
+        "observedWorkloads": array(obj({
+            "workload": reference,
+            "result": string(enum=["Successful", "Failed"]),
+            "reason": string(),
+        }, required=("workload",))),
+        "observedGeneration": integer(format="int64"),
+        "finishTime": string(format="date-time"),
+    })
+    return crd(group=KARMADA_APPS_GROUP, version="v1alpha1", kind="WorkloadRebalancer",
+               plural="workloadrebalancers", scope="Cluster",
+               schema=root(spec, status, required=("spec",)), columns=(AGE,))
+
+
 # KubeFed ------------------------------------------------------------------------------------
 
 
@@ -632,6 +679,8 @@ def hub_crds() -> list[Crd]:
         propagation_policy_crd(True),
         override_policy_crd(False),
         override_policy_crd(True),
+        cluster_taint_policy_crd(),
+        workload_rebalancer_crd(),
         federated_type_config_crd(),
         replica_scheduling_preference_crd(),
         work_crd(),
