@@ -27,7 +27,7 @@ from typing import Any
 
 from tether.objects import Obj
 
-from ._util import mapping, nested, thaw
+from ._util import mapping, nested
 from .failover import EvictionTask, parse_tasks
 from .scheduler import Previous
 from .works import DesiredWork, scheduled_replicas, work_cluster
@@ -112,14 +112,14 @@ def read_binding(template: Mapping[str, Any], works: Iterable[Obj]) -> Binding:
 
 def annotate(desired: Iterable[DesiredWork], annotations: Mapping[str, str],
              replicas: Mapping[str, int | None]) -> list[DesiredWork]:
-    """The desired Works with the binding annotations (see module docstring) added."""
+    """The desired Works with the binding annotations (see module docstring) added. The bodies
+    are `desired_works`' fresh dicts, so they are completed in place (no copy per Work)."""
     out: list[DesiredWork] = []
     for work in desired:
-        body = thaw(work.body)
-        meta = body.setdefault("metadata", {}).setdefault("annotations", {})
+        meta = work.body.setdefault("metadata", {}).setdefault("annotations", {})
         meta.update({k: v for k, v in annotations.items() if v})
         share = replicas.get(work.cluster)
         if share is not None:
             meta[REPLICAS_ANNOTATION] = str(share)
-        out.append(DesiredWork(work.cluster, work.name, body))
+        out.append(work)
     return out
