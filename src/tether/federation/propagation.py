@@ -702,7 +702,7 @@ class KarmadaController(_Base[TemplateKey]):
             plan = replace(plan, error_reason="DependencyNotFound",
                            error_message="missing dependencies: " + ", ".join(missing))
         return self.step.finish(
-            plan, prepared, binding, source, policy,
+            plan, prepared, binding, template, policy,
             lambda p: W.desired_works(p, extra_manifests=deps, ensure_namespace=bool(key[2])),
             dependent_overrides_missing(policy, overrides))
 
