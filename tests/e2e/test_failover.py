@@ -249,11 +249,12 @@ async def test_eviction_task_is_kept_while_the_replacement_is_not_healthy(fleet:
 
 
 async def test_application_failover(fleet: Fleet) -> None:
-    """A workload unhealthy in one cluster for tolerationSeconds moves to the others."""
+    """A workload unhealthy in one cluster for tolerationSeconds moves to the others; with
+    purgeMode Never its old copy stays until the task is ended by hand."""
     fleet.kubectl("host", "create", "ns", "appfail")
     fleet.apply("host", web("app", "appfail", 3), propagation_policy(
         "app", "appfail", STATIC_2_1, propagateDeps=True, failover={"application": {
-            "decisionConditions": {"tolerationSeconds": 2}, "purgeMode": "Directly"}}))
+            "decisionConditions": {"tolerationSeconds": 2}, "purgeMode": "Never"}}))
     await replicas_become(fleet, "app", "appfail", {"cluster": 2, "cluster1": 1}, "2:1")
     fleet.apply("host", {
         "apiVersion": POLICY_API, "kind": "OverridePolicy",
@@ -266,11 +267,24 @@ async def test_application_failover(fleet: Fleet) -> None:
                                          "operator": "replace", "value": "busybox"},
                                         {"path": "/spec/template/spec/containers/0/command",
                                          "operator": "add", "value": ["sh", "-c", "exit 3"]}]}}]}})
+
+    async def evicting() -> list[dict[str, Any]] | None:
+        return await eviction_tasks(fleet, "app", "appfail") or None
+
+    [task] = await until(evicting, "cluster1 evicted after staying unhealthy", timeout_s=90)
+    assert (task["fromCluster"], task["reason"], task["purgeMode"], task["suppressDeletion"],
+            task["producer"]) == ("cluster1", "ApplicationFailure", "Never", True,
+                                  "ResourceBindingApplicationFailoverController")
+    # the replicas moved; the unhealthy copy is kept (Never) for someone to look at
+    await replicas_become(fleet, "app", "appfail", {"cluster": 3, "cluster1": 1},
+                          "replicas on cluster, old copy kept")
+    # ending the task by hand (Karmada: suppressDeletion false) removes the old copy
+    task["suppressDeletion"] = False
+    fleet.kubectl("host", "annotate", "--overwrite", "-n", "appfail", "deploy/app",
+                  "tether.io/graceful-eviction-tasks=" + json.dumps([task]))
     await replicas_become(fleet, "app", "appfail", {"cluster": 3, "cluster1": None},
-                          "evicted from cluster1 after it stayed unhealthy", timeout_s=90)
-    [task] = await eviction_tasks(fleet, "app", "appfail") or [{}]
-    assert (task.get("fromCluster"), task.get("reason"), task.get("purgeMode")) == (
-        "cluster1", "ApplicationFailure", "Directly")
+                          "old copy removed")
+    assert await eviction_tasks(fleet, "app", "appfail") == []
 
 
 async def test_not_ready_cluster_is_tainted_and_a_cluster_taint_policy_fails_it_over(

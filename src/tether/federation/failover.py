@@ -12,11 +12,10 @@ policy has no `failover.cluster`.
 Application failover (always on, per policy: `spec.failover.application`, which Karmada only
 accepts with `propagateDeps: true`): a template whose copy in a cluster has been unhealthy for
 `decisionConditions.tolerationSeconds` (default 300; 0: at once) is evicted from that cluster,
-with the policy's `purgeMode` (default Gracefully, `gracePeriodSeconds` then required) — Never
-keeps the copy until someone removes the task (`suppressDeletion`). Health is Karmada's
-InterpretHealth (`interpret_health`); a cluster that turns healthy (or Unknown) again is
-forgotten. The clock starts when the hub first sees the copy unhealthy (Karmada keeps it in
-memory too, so a hub restart starts it again).
+with the policy's `purgeMode` (default Gracefully, `gracePeriodSeconds` then required; Never
+sets `suppressDeletion`). Health is Karmada's InterpretHealth (`interpret_health`); a cluster
+that turns healthy (or Unknown) again is forgotten. The clock starts when the hub first sees the
+copy unhealthy (Karmada keeps it in memory too, so a hub restart starts it again).
 
 An eviction removes the cluster from the template's schedule (so Divided replicas are divided
 again over the clusters that are left: the scheduler sees fewer replicas scheduled than wanted)
@@ -27,10 +26,9 @@ suppressDeletion, creationTimestamp). While a task exists the cluster is not a s
 candidate for the template. Purge modes: Directly deletes the copy at once; Gracefully keeps it
 running until every cluster the template is now scheduled to reports it Healthy, or the task's
 `gracePeriodSeconds` (else the hub's `--graceful-eviction-timeout`, 10 min) passed; Never keeps it
-until the task is removed by hand. When a task ends, its cluster's copy goes (unless the cluster
-is scheduled again) and the cluster may be chosen again — but nothing moves back by itself:
-Divided replicas stay where they are until a WorkloadRebalancer (or `tether rebalance`) asks for
-a fresh schedule.
+until someone sets the task's `suppressDeletion` to false. When a task ends, its cluster's copy
+goes and the cluster may be chosen again — but nothing moves back by itself: Divided replicas stay
+where they are until a WorkloadRebalancer (or `tether rebalance`) asks for a fresh schedule.
 
 Older Karmada releases spelled the purge modes Immediately and Graciously; both are read as
 Directly and Gracefully.

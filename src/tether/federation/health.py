@@ -30,7 +30,7 @@ from typing import Any
 from tether.engine import Engine, RequeueAfter
 from tether.federation import capacity, taints
 from tether.federation.crds import CLUSTER_API_VERSION
-from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
+from tether.kube import ClusterCredentials, Conflict, KubeClient, KubeError, NotFound
 from tether.objects import Obj
 from tether.objects.times import rfc3339, seconds_of
 
@@ -482,6 +482,13 @@ class ClusterHealthController:
         await self._write(cluster, status, current.status if current else None)
 
     async def _write(self, cluster: Obj, status: Obj, ready_status: str | None) -> None:
+        try:
+            await self._write_once(cluster, status, ready_status)
+        except Conflict:
+            # someone else (a user's taint, a ClusterTaintPolicy) wrote the Cluster meanwhile
+            raise RequeueAfter(0.2) from None
+
+    async def _write_once(self, cluster: Obj, status: Obj, ready_status: str | None) -> None:
         name = cluster["metadata"]["name"]
         base = f"/apis/{CLUSTER_API_VERSION}/clusters/{name}"
         if status != (cluster.get("status") or {}):
