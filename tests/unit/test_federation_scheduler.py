@@ -243,3 +243,16 @@ def test_workload_affinity_groups() -> None:
     kept = schedule({}, clusters, previous=Previous({"a": 0}),
                     groups=Groups(anti_affinity_peers=(frozenset({"a"}),)))
     assert "a" in kept.targets
+
+
+def test_group_search_prefers_a_smaller_set_the_winner_starts_with() -> None:
+    """Karmada's prioritizePaths: [big, small] scores highest, but [big] alone is feasible and
+    is where it starts, so [big] wins."""
+    from tether.federation.spread import GroupInfo, select_groups
+
+    small, big = GroupInfo("small", 1, 5), GroupInfo("big", 2, 10)
+    assert [g.name for g in select_groups([small, big], 1, 2, 2)] == ["big"]
+    # with minGroups 2 only the pair is feasible
+    assert [g.name for g in select_groups([small, big], 2, 2, 2)] == ["big", "small"]
+    # nothing holds enough clusters
+    assert select_groups([small], 1, 1, 2) == []

@@ -18,7 +18,7 @@ Facts (Karmada's scheduler, `spreadconstraint`):
   thousands, plus their average score); then Karmada's depth-first search finds the sets of
   `minGroups`..`maxGroups` groups holding at least the cluster constraint's `minGroups`
   clusters, preferring the highest total score, then most clusters, then the first found (a
-  set that extends the winner with more groups wins over it). Each chosen group gives its best
+  smaller set whose groups, best first, are where the winner's start wins over it). Each chosen group gives its best
   cluster, and the best of the remaining clusters fill up to the cluster constraint's
   `maxGroups`. Fewer groups than `minGroups`: "the number of feasible region is less than
   spreadConstraint.MinGroups".
@@ -135,20 +135,20 @@ def group_score(clusters: Sequence[Candidate], *, replicas: int, duplicated: boo
 
 
 @dataclass(frozen=True)
-class _Group:
+class GroupInfo:
     name: str
     value: int  # clusters in it
     weight: int  # its score
 
 
-def select_groups(groups: Sequence[_Group], min_groups: int, max_groups: int,
-                  target: int) -> list[_Group]:
+def select_groups(groups: Sequence[GroupInfo], min_groups: int, max_groups: int,
+                  target: int) -> list[GroupInfo]:
     """Karmada's selectGroups: depth-first search for feasible sets, then prioritizePaths."""
     if not groups:
         return []
     ordered = sorted(groups, key=lambda g: (g.value, -g.weight, g.name))
-    paths: list[tuple[int, list[_Group]]] = []  # (discovery id, groups sorted by weight)
-    path: list[_Group] = []
+    paths: list[tuple[int, list[GroupInfo]]] = []  # (discovery id, groups sorted by weight)
+    path: list[GroupInfo] = []
     counter = 0
 
     def dfs(total: int, begin: int) -> None:
@@ -174,15 +174,15 @@ def select_groups(groups: Sequence[_Group], min_groups: int, max_groups: int,
     if len(paths) == 1:
         return paths[0][1]
 
-    def rank(entry: tuple[int, list[_Group]]) -> tuple[int, int, int]:
+    def rank(entry: tuple[int, list[GroupInfo]]) -> tuple[int, int, int]:
         found, chosen = entry
         return (-sum(g.weight for g in chosen), -sum(g.value for g in chosen), found)
 
     ranked = sorted(paths, key=rank)
     final = ranked[0][1]
     for _, other in ranked[1:]:
-        if len(final) < len(other) and [g.name for g in other[:len(final)]] == [
-                g.name for g in final]:
+        if len(other) < len(final) and [g.name for g in final[:len(other)]] == [
+                g.name for g in other]:
             final = other
     return final
 
@@ -232,7 +232,7 @@ def _by_group(candidates: list[Candidate], grouping: Mapping[str, Any],
                           "spreadConstraint.MinGroups")
     cluster_min = _min_groups(by_cluster)
     groups = [
-        _Group(name, len(clusters), group_score(
+        GroupInfo(name, len(clusters), group_score(
             clusters, replicas=replicas or 0, duplicated=duplicated or replicas is None,
             min_groups=min_groups, cluster_min_groups=cluster_min))
         for name, clusters in members.items()
