@@ -9,8 +9,9 @@ extra write and survive a hub restart):
   (`status.schedulerObservedAffinityName`);
 - `work.tether.io/policy`: the policy that claimed the template (`<Kind>/<namespace>/<name>`,
   Karmada's claim labels), for preemption;
-- `work.tether.io/policy-hash`, `work.tether.io/template-hash`: what the Work was built from, for
-  `activationPreference: Lazy`.
+- `work.tether.io/policy-hash`, `work.tether.io/template-hash`: what the Work was built from,
+  under a policy with `activationPreference: Lazy` (only there: elsewhere an edit of the policy
+  that changes no manifest rewrites no Work).
 
 Graceful eviction tasks must outlive the evicted cluster's Work (purge mode Directly deletes it
 at once), so they live on the template, in the annotation `tether.io/graceful-eviction-tasks`

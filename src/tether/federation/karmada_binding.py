@@ -188,15 +188,17 @@ class BindingStep:
             plan = replace(plan, works=tuple(w for w in plan.works if w.cluster not in paused))
         desired: list[W.DesiredWork] = []
         if not plan.hold:
-            annotations = {**plan.work_annotations, POLICY_ANNOTATION: policy_ref(policy),
-                           POLICY_HASH_ANNOTATION: p_hash, TEMPLATE_HASH_ANNOTATION: t_hash}
+            annotations = {**plan.work_annotations, POLICY_ANNOTATION: policy_ref(policy)}
+            if lazy(spec):  # only Lazy needs them; elsewhere a policy edit rewrites no Work
+                annotations.update({POLICY_HASH_ANNOTATION: p_hash,
+                                    TEMPLATE_HASH_ANNOTATION: t_hash})
             desired = annotate(desired_of(plan), annotations,
                                {w.cluster: w.replicas for w in plan.works})
         # graceful eviction: a task ends once every cluster scheduled now runs the current Work
         # and reports its copy Healthy (or when it times out)
         by_cluster = {d.cluster: d for d in desired}
         target_health: dict[str, str] = {}
-        if not plan.error_reason and not plan.hold:
+        if prepared.tasks and not plan.error_reason and not plan.hold:
             for item in plan.works:
                 work = binding.works.get(item.cluster)
                 wanted = by_cluster.get(item.cluster)
