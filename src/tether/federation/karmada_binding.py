@@ -210,9 +210,11 @@ class BindingStep:
         retained |= {t.from_cluster for t in kept if t.keeps_workload}
         notices += [ClusterFailure(t.from_cluster, EVICTING, _eviction_message(t, self.settings))
                     for t in kept]
+        # the reason that holds the whole template first: the condition takes its reason from it
         plan = replace(plan, retained=frozenset(retained) | plan.retained,
                        notices=tuple(sorted([*plan.notices, *notices],
-                                            key=lambda n: (n.cluster, n.reason))))
+                                            key=lambda n: (n.reason == EVICTING, n.cluster,
+                                                           n.reason))))
         before = nested(template, "metadata", "annotations", EVICTION_ANNOTATION)
         after = dump_tasks(kept) if kept else ""
         changed = after != (before or "")
