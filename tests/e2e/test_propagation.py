@@ -115,6 +115,7 @@ class Fleet:
     hub_proc: subprocess.Popen[bytes] | None = None
     hub_port: int = 0
     hub_runs: int = 0
+    hub_args: tuple[str, ...] = ()  # extra `tether hub run` flags
 
     def kubeconfig_of(self, context: str) -> Path:
         return self.member_kubeconfig if context == "cluster1" else self.kubeconfig
@@ -148,7 +149,7 @@ class Fleet:
             self.hub_proc = subprocess.Popen(
                 [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig",
                  str(self.kubeconfig), "--context", "host", "--port", "0", "--health-period",
-                 "0.5", "--health-threshold", "1", "--resync", "5", "--verbose"],
+                 "0.5", "--health-threshold", "1", "--resync", "5", "--verbose", *self.hub_args],
                 stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while "http://127.0.0.1:" not in log.read_text():

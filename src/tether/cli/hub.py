@@ -82,6 +82,16 @@ def run(
         "*.suffix, each optionally :PORT) [default: only each pull member's API endpoint]")] = None,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", help="Hub state (tunnel certificates) [default: ~/.local/share/tether/hub]")] = None,
+    failover: Annotated[bool, typer.Option(
+        "--failover", help="Karmada cluster failover (its Failover feature gate with "
+        "--enable-no-execute-taint-eviction): evict workloads from clusters with a NoExecute "
+        "taint their policy does not tolerate")] = False,
+    eviction_purge_mode: Annotated[str, typer.Option(
+        "--no-execute-taint-eviction-purge-mode", help="Directly or Gracefully: how evicted "
+        "copies go when the policy has no failover.cluster.purgeMode")] = "Gracefully",
+    graceful_eviction_timeout: Annotated[float, typer.Option(
+        "--graceful-eviction-timeout", help="Seconds a gracefully evicted copy may wait for its "
+        "replacement to become healthy")] = 600.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
 ) -> None:
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
@@ -95,6 +105,11 @@ def run(
         parse_patterns(allowed_destinations or ())
     except DestinationError as exc:
         raise typer.BadParameter(str(exc), param_hint="--allowed-destinations") from None
+    from tether.federation.failover import DIRECTLY, GRACEFULLY, FailoverSettings, purge_mode
+
+    if purge_mode(eviction_purge_mode) not in (DIRECTLY, GRACEFULLY):
+        raise typer.BadParameter(f"{eviction_purge_mode!r}: use Directly or Gracefully",
+                                 param_hint="--no-execute-taint-eviction-purge-mode")
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -113,7 +128,10 @@ def run(
                                tunnel_bind_address=tunnel_bind_address,
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
                                tunnel_allowed_destinations=tuple(allowed_destinations or ()),
-                               data_dir=data_dir)
+                               data_dir=data_dir,
+                               failover=FailoverSettings(
+                                   enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
+                                   graceful_timeout_s=graceful_eviction_timeout))
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
     except (KubeError, KubeconfigError, OSError) as exc:
