@@ -28,3 +28,6 @@ class HubConfig:
     tunnel_allowed_destinations: tuple[str, ...] = ()
     data_dir: Path | None = None
     proxy_port: int | None = None  # the cluster proxy (clusters/{name}/proxy); None: not served
+    # Where Karmada templates' summed member status goes (federation.template_status): auto,
+    # status or annotation
+    template_status: str = "auto"

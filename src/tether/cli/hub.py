@@ -83,6 +83,11 @@ def run(
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", help="Hub state (tunnel certificates) [default: ~/.local/share/tether/hub]")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
+    template_status: Annotated[str, typer.Option(
+        "--template-status", metavar="auto|status|annotation",
+        help="Where Karmada templates get the members' summed status: their .status (as Karmada; "
+             "for a hub without workload controllers), the tether.io/propagation-status annotation "
+             "(a hub that runs its own), or auto: .status when the hub has no Nodes")] = "auto",
 ) -> None:
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
 
@@ -95,6 +100,11 @@ def run(
         parse_patterns(allowed_destinations or ())
     except DestinationError as exc:
         raise typer.BadParameter(str(exc), param_hint="--allowed-destinations") from None
+    from tether.federation.template_status import MODES
+
+    if template_status not in MODES:
+        raise typer.BadParameter(f"{template_status!r} is not one of {', '.join(MODES)}",
+                                 param_hint="--template-status")
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -113,7 +123,7 @@ def run(
                                tunnel_bind_address=tunnel_bind_address,
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
                                tunnel_allowed_destinations=tuple(allowed_destinations or ()),
-                               data_dir=data_dir)
+                               data_dir=data_dir, template_status=template_status)
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
     except (KubeError, KubeconfigError, OSError) as exc:
