@@ -97,3 +97,21 @@ def test_start_daemon_refuses_a_role_change_before_starting_anything(tmp_path: P
     with pytest.raises(supervisor.LocalError, match="a full cluster"):
         supervisor.start_daemon(layout, ["hub"], hubs=("hub",))
     assert not layout.log.exists()  # no daemon was spawned
+
+
+def test_cli_refuses_a_role_change_and_contradictory_flags(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tether.cli.local import app
+
+    layout = supervisor.Layout(tmp_path)
+    layout.remember_names(["hub"])
+    _made(layout.clusters / "hub", HUB)
+    runner = CliRunner()
+    changed = runner.invoke(app, ["up", "--data-dir", str(tmp_path), "--role", "cluster"])
+    assert changed.exit_code == 2 and "made for an API-only hub" in " ".join(changed.output.split())
+    both = runner.invoke(app, ["up", "--data-dir", str(tmp_path), "--api-only", "--role", "cluster"])
+    assert both.exit_code == 2 and "--api-only means --role hub" in both.output
+    unknown = runner.invoke(app, ["up", "--data-dir", str(tmp_path), "--role", "worker"])
+    assert unknown.exit_code == 2 and "'worker' is not one of cluster, hub" in unknown.output
+    assert not layout.log.exists()  # nothing was started
