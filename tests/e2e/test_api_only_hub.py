@@ -83,6 +83,10 @@ def test_six_replicas_divided_four_two_show_six_ready_on_the_hub(api_only_hub: A
     assert (status["replicas"], status["readyReplicas"], status["availableReplicas"],
             status["updatedReplicas"]) == (6, 6, 6, 6)
     assert status["observedGeneration"] == template["metadata"]["generation"]
+    # kubectl's rollout check reads the same fields (observedGeneration, updated, available)
+    done = hub.kubectl("-n", namespace, "rollout", "status", "deployment/web", "--timeout=60s",
+                       context="hub")
+    assert "successfully rolled out" in done.stdout, done.stdout
     # The hub ran nothing itself: no ReplicaSet, no pod.
     assert hub.kubectl_json("get", "replicasets,pods", "-A", context="hub")["items"] == []
     # Per cluster, what Karmada keeps in its ResourceBinding's aggregatedStatus; the sum is in
