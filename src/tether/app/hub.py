@@ -42,6 +42,7 @@ from tether.federation.propagation import (
     cluster_info,
 )
 from tether.federation.registrations import RegistrationController
+from tether.federation.template_status import TemplateStatusTarget
 from tether.kube import KubeClient
 from tether.net.httpserver import HttpServer, Request, Response
 
@@ -60,8 +61,9 @@ class Hub:
         self.shared = HubInformers(host)
         self.health = build_health_controller(host, timers=config.health)
         self.kubefed = KubeFedController(host, self.shared, self.metrics, resync_s=config.resync_s)
-        self.karmada = KarmadaController(host, self.shared, self.metrics, resync_s=config.resync_s,
-                                         failover=config.failover)
+        self.karmada = KarmadaController(
+            host, self.shared, self.metrics, resync_s=config.resync_s, failover=config.failover,
+            status_target=TemplateStatusTarget(host, config.template_status))
         self.taint_policies = ClusterTaintPolicyController(host, self.shared)
         self.rebalancers = WorkloadRebalancerController(host, self.karmada)
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)

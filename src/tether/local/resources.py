@@ -208,10 +208,11 @@ class Registry:
     generation: int = 0  # bumped on every change, so discovery and OpenAPI caches know
 
     @classmethod
-    def with_builtins(cls) -> Registry:
+    def with_builtins(cls, exclude_groups: tuple[str, ...] = ()) -> Registry:
         registry = cls()
         for rt in BUILTIN_TYPES:
-            registry._types[(rt.group, rt.version, rt.plural)] = rt
+            if rt.group not in exclude_groups:
+                registry._types[(rt.group, rt.version, rt.plural)] = rt
         return registry
 
     def is_builtin(self, group: str, plural: str) -> bool:
