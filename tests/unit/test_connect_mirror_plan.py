@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tether.connect.mirror.config import StaleSettings
 from tether.connect.mirror import labels as L
 from tether.connect.mirror import stale
+from tether.connect.mirror.config import StaleSettings
 from tether.connect.mirror.plan import (
     Contribution,
     Existing,

@@ -507,3 +507,35 @@ def _name(obj: Obj) -> str:
 
 def _sorted(objs: Iterable[Obj]) -> list[Obj]:
     return sorted(objs, key=_name)
+
+
+def plan_unsynced(existing: Existing, freshness: Freshness) -> Plan:
+    """A remote that has not been listed since start: nothing is known of its Services, so the
+    mirrors stay; only the stale policy applies to the endpoints they hold."""
+    if existing.service is None or freshness in ("fresh", "unreachable"):
+        return Plan()
+    steps: list[Step] = []
+    if freshness == "withdrawn":
+        steps += [Step("delete", _ref(SLICE, s)) for s in _sorted(existing.slices)]
+        if existing.endpoints is not None and existing.endpoints.get("subsets"):
+            steps.append(Step("update", _endpoints_update(existing.endpoints, {"metadata": {}})))
+        return Plan(tuple(steps))
+    for current in _sorted(existing.slices):
+        endpoints = [_copy_endpoint(e, "not-ready") for e in current.get("endpoints") or [] if isinstance(e, dict)]
+        if _normal_endpoints(endpoints) != _normal_endpoints(current.get("endpoints")):
+            updated = copy.deepcopy(current)
+            updated["endpoints"] = endpoints
+            steps.append(Step("update", updated))
+    if existing.endpoints is not None:
+        subsets = []
+        for subset in existing.endpoints.get("subsets") or []:
+            moved = dict(subset)
+            addresses = list(moved.pop("addresses", None) or []) + list(moved.pop("notReadyAddresses", None) or [])
+            if addresses:
+                moved["notReadyAddresses"] = addresses
+            subsets.append(moved)
+        if subsets != (existing.endpoints.get("subsets") or []):
+            updated = copy.deepcopy(existing.endpoints)
+            updated["subsets"] = subsets
+            steps.append(Step("update", updated))
+    return Plan(tuple(steps))
