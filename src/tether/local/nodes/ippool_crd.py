@@ -125,7 +125,7 @@ def admission(ops: Operations) -> Callable[[ResourceType, Obj, Obj | None], None
     """An admission plugin for `ops.admission` that validates IPPools as calico-apiserver does."""
 
     def admit(rt: ResourceType, obj: Obj, current: Obj | None) -> None:
-        if rt.group != "projectcalico.org" or rt.kind != "IPPool":
+        if rt.group not in ("projectcalico.org", "crd.projectcalico.org") or rt.kind != "IPPool":
             return
         causes = ippool_causes(obj, ops.store.list_objects(IPPOOLS))
         if causes:
