@@ -128,7 +128,7 @@ def policy_sets(
              "Calico; see docs/connect.md)")] = False,
 ) -> None:
     """Keep Calico GlobalNetworkSets of a remote cluster's labelled pods (semaphore-policy)."""
-    from tether.app import policysets as policy_app
+    import tether.app.policysets as policy_app
     from tether.connect.durations import DurationError, parse_duration
     from tether.connect.policysets.config import PolicySetsConfig, PolicySetsConfigError
     from tether.connect.remote import RemoteError

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from tether.connect import names
+from tether.connect.informers import size_of, wait_listed
 from tether.connect.mirror import labels as L
 from tether.connect.mirror.apply import apply_steps
 from tether.connect.mirror.config import GlobalSettings
-from tether.connect.mirror.localview import LocalView, wait_listed
+from tether.connect.mirror.localview import LocalView
 from tether.connect.mirror.metrics import MirrorMetrics
 from tether.connect.mirror.plan import Contribution, Freshness, desired_global, plan
 from tether.engine import Engine, RequeueAfter
@@ -49,7 +50,7 @@ class GlobalSource:
         self._index: dict[ObjectKey, set[str]] = {}
         self._owner: dict[ObjectKey, ObjectKey] = {}
         for informer, kind in ((self.services, "Service"), (self.slices, "EndpointSlice")):
-            metrics.watch_objects(f"{name}-{kind[0].lower()}{kind[1:]}Watcher", kind, RUNNER, _counter(informer))
+            metrics.watch_objects(f"{name}-{kind[0].lower()}{kind[1:]}Watcher", kind, RUNNER, size_of(informer))
 
     @property
     def synced(self) -> bool:
@@ -200,6 +201,3 @@ class GlobalMirror:
         await wait_listed(i for s in self.sources for i in (s.services, s.slices))
         self.refresh()
 
-
-def _counter(informer: Informer) -> Callable[[], float]:
-    return lambda: float(len(informer.keys()))

@@ -1,48 +1,20 @@
-"""What the mirror namespace holds: one informer per kind, indexes, and the mirror's own writes.
-
-Informers lag behind the writes the mirror makes. So that the next reconcile of a key plans
-from what the mirror itself just wrote (and not from a cache a moment old, which would cost a
-conflict and a retry), a successful write is remembered until the informer delivers the event
-carrying it: watch events come in write order, so any event for that object seen before ours is
-older and the remembered object stays in front of it. A relist can skip an object's exact
-version, so what is remembered also expires after `WRITTEN_TTL_S`.
-"""
+"""What the mirror namespace holds: one informer per kind, indexes, and the mirror's own writes
+(kept in front of the caches until they catch up: `tether.connect.written`)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from tether.connect.mirror import labels as L
 from tether.connect.mirror.plan import Existing
+from tether.connect.written import ABSENT, Written
 from tether.kube import Informer, KubeClient, WatchEvent, strip_managed_fields
 from tether.objects import Obj
 
 KINDS = (("v1", "Service"), ("v1", "Endpoints"), ("discovery.k8s.io/v1", "EndpointSlice"))
-WRITTEN_TTL_S = 10.0
-SYNC_WAIT_S = 3600.0
 LocalHandler = Callable[[str, WatchEvent], None]  # (kind, event)
-
-
-@dataclass
-class _Written:
-    obj: Obj | None  # None: deleted by us
-    resource_version: str
-    at: float
-
-
-async def wait_listed(informers: Iterable[Informer]) -> None:
-    """Return once every informer has filled its cache, however long that takes."""
-    for informer in informers:
-        while True:
-            try:
-                await informer.wait_synced(SYNC_WAIT_S)
-                break
-            except TimeoutError:
-                continue
 
 
 class LocalView:
@@ -57,7 +29,7 @@ class LocalView:
         }
         self._slice_service: dict[str, str] = {}  # slice name -> its service-name label
         self._slices_of: dict[str, set[str]] = {}  # service name -> slice names
-        self._written: dict[tuple[str, str], _Written] = {}
+        self._written: Written[tuple[str, str]] = Written()
 
     @property
     def synced(self) -> bool:
@@ -76,18 +48,14 @@ class LocalView:
     # reads ---------------------------------------------------------------------------------
 
     def get(self, kind: str, name: str) -> Obj | None:
-        written = self._written.get((kind, name))
-        if written is not None:
-            if time.monotonic() - written.at < WRITTEN_TTL_S:
-                return written.obj
-            del self._written[(kind, name)]
+        written = self._written.lookup((kind, name))
+        if written is not ABSENT:
+            return written  # type: ignore[return-value]
         return self.informers[kind].get(self.namespace, name)
 
     def slices_of(self, service: str) -> list[Obj]:
         names = set(self._slices_of.get(service, ()))
-        names.update(name for (kind, name), w in self._written.items()
-                     if kind == "EndpointSlice" and w.obj is not None
-                     and ((w.obj.get("metadata") or {}).get("labels") or {}).get(L.SERVICE_NAME) == service)
+        names.update(name for kind, name in self._written.remembered() if kind == "EndpointSlice")
         out = []
         for name in sorted(names):
             obj = self.get("EndpointSlice", name)
@@ -100,28 +68,21 @@ class LocalView:
 
     def objects(self, kind: str) -> list[Obj]:
         names = {key.name for key in self.informers[kind].keys()}  # noqa: SIM118 (not a dict)
-        names.update(name for (k, name) in list(self._written) if k == kind)
+        names.update(name for k, name in self._written.remembered() if k == kind)
         return [obj for name in sorted(names) if (obj := self.get(kind, name)) is not None]
 
     # the mirror's own writes ---------------------------------------------------------------
 
     def wrote(self, kind: str, name: str, result: Obj | None) -> None:
         """Remember a write's result (None after a delete) until its event arrives."""
-        rv = str(((result or {}).get("metadata") or {}).get("resourceVersion") or "")
-        self._written[(kind, name)] = _Written(result, rv, time.monotonic())
+        self._written.wrote((kind, name), result)
 
     def forget(self, kind: str, name: str) -> None:
-        self._written.pop((kind, name), None)
+        self._written.forget((kind, name))
 
     def _event(self, kind: str, event: WatchEvent) -> None:
         name = event.key.name
-        written = self._written.get((kind, name))
-        if written is not None:
-            if written.obj is None:
-                if event.type == "DELETED":
-                    del self._written[(kind, name)]
-            elif (event.type != "DELETED" and event.resource_version == written.resource_version) or (event.type == "DELETED" and event.resource_version == written.resource_version):
-                del self._written[(kind, name)]
+        self._written.observed((kind, name), event)
         if kind == "EndpointSlice":
             self._index_slice(name, None if event.type == "DELETED" else event.object)
         self._on_event(kind, event)

@@ -22,11 +22,12 @@ import time
 from collections.abc import Callable
 
 from tether.connect import names
+from tether.connect.informers import size_of, wait_listed
 from tether.connect.mirror import labels as L
 from tether.connect.mirror import stale
 from tether.connect.mirror.apply import apply_steps
 from tether.connect.mirror.config import GlobalSettings, RemoteClusterSettings
-from tether.connect.mirror.localview import LocalView, wait_listed
+from tether.connect.mirror.localview import LocalView
 from tether.connect.mirror.metrics import MirrorMetrics
 from tether.connect.mirror.plan import Freshness, Source, desired_mirror, plan, plan_unsynced
 from tether.engine import Engine, RequeueAfter
@@ -86,7 +87,7 @@ class MirrorRunner:
         self._changed_at: dict[ObjectKey, float] = {}  # first unapplied remote change per key
         self._probed = False
         for informer, kind in ((self.services, "Service"), (self.slices, "EndpointSlice")):
-            metrics.watch_objects(f"{self.name}-{_watcher(kind)}", kind, self.runner, _counter(informer))
+            metrics.watch_objects(f"{self.name}-{_watcher(kind)}", kind, self.runner, size_of(informer))
         metrics.queue_depth[self.runner] = lambda: float(self.engine.depth())
         metrics.remote_up[self.name] = lambda: self.tracker.reachable
         metrics.remote_state[self.name] = lambda: self.freshness
@@ -260,9 +261,6 @@ class MirrorRunner:
                 return False, f"watching {informer.kind}: {informer.last_error.message}"
         return True, ""
 
-
-def _counter(informer: Informer) -> Callable[[], float]:
-    return lambda: float(len(informer.keys()))
 
 
 def _watcher(kind: str) -> str:

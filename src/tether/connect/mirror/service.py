@@ -13,11 +13,12 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tether.connect.informers import wait_listed
 from tether.connect.mirror import labels as L
 from tether.connect.mirror import stale
 from tether.connect.mirror.config import GlobalSettings, RemoteClusterSettings
 from tether.connect.mirror.globals import GlobalMirror, is_global
-from tether.connect.mirror.localview import LocalView, wait_listed
+from tether.connect.mirror.localview import LocalView
 from tether.connect.mirror.metrics import MirrorMetrics
 from tether.connect.mirror.plan import Freshness
 from tether.connect.mirror.runner import MirrorRunner
