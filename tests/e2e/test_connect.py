@@ -1,4 +1,6 @@
-"""The service mirror end to end, rootless: clusters `aws` and `gcp`, the real kubectl.
+"""Connect end to end, rootless: clusters `aws` and `gcp`, the real kubectl.
+
+The service mirror:
 
 Cluster `aws` runs Service `fluentd` in `sys-log` (ports 8888 and 8889, labelled for mirroring)
 backed by real pods (a small Python server answering on both ports of its pod IP). `tether
@@ -6,6 +8,10 @@ mirror` runs with the repository's semaphore-service-mirror configuration, uncha
 a kubeconfig per cluster. In `gcp` it makes `sys-semaphore/aws-sys-log-73736d-fluentd` whose
 EndpointSlices and Endpoints follow the remote pods, and whose ClusterIP (the local userspace
 proxy) reaches them from the host.
+
+The policy sets: pods in `gcp` labelled `policy.semaphore.uw.io/name=forwarder` become the
+GlobalNetworkSet `gcp-sys-log-forwarder` in `aws` (written through projectcalico.org/v3, read
+through crd.projectcalico.org/v1), and the seed's Calico NetworkPolicy is accepted as written.
 """
 
 from __future__ import annotations
@@ -392,3 +398,108 @@ def test_sigterm_stops_the_mirror(world: World) -> None:
     mirror, _ = world.start_mirror()
     mirror.proc.send_signal(signal.SIGTERM)
     assert mirror.proc.wait(timeout=30) == 0
+
+
+# policy sets ---------------------------------------------------------------------------------
+
+SEED_POLICY = """\
+apiVersion: crd.projectcalico.org/v1
+kind: NetworkPolicy
+metadata:
+  name: allow-to-fluentd
+spec:
+  selector: app.kubernetes.io/name == 'fluentd'
+  types:
+    - Ingress
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source:
+        selector: >-
+          policy.semaphore.uw.io/name == 'forwarder' &&
+          policy.semaphore.uw.io/namespace == 'sys-log' &&
+          policy.semaphore.uw.io/cluster == 'gcp'
+        namespaceSelector: global()
+      destination:
+        ports:
+          - 8889
+"""
+SET = "gcp-sys-log-forwarder"
+SET_LABELS = {"managed-by": "semaphore-policy", "policy.semaphore.uw.io/cluster": "gcp",
+              "policy.semaphore.uw.io/name": "forwarder", "policy.semaphore.uw.io/namespace": "sys-log"}
+
+
+def forwarder(name: str, *, host_network: bool = False, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "forwarder", "image": "example.com/forwarder"}]}
+    if host_network:
+        spec["hostNetwork"] = True
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "sys-log",
+                         "labels": labels if labels is not None else {"policy.semaphore.uw.io/name": "forwarder"}},
+            "spec": spec}
+
+
+def set_nets(world: World, resource: str = "globalnetworksets.projectcalico.org") -> set[str] | None:
+    found = world.aws("get", resource, SET, "-o", "json", check=False)
+    if found.returncode != 0:
+        return None
+    return set(json.loads(found.stdout)["spec"]["nets"])
+
+
+def test_policy_sets(world: World) -> None:
+    world.gcp("create", "namespace", "sys-log")
+    world.apply("gcp", forwarder("forwarder-a"), forwarder("forwarder-b"), forwarder("forwarder-host", host_network=True))
+
+    def ips() -> dict[str, str]:
+        pods = world.clusters.kubectl_json("get", "pods", "-n", "sys-log", context="gcp")["items"]
+        return {p["metadata"]["name"]: p["status"].get("podIP", "") for p in pods}
+
+    poll(lambda: all(ips().get(n) for n in ("forwarder-a", "forwarder-b")), timeout=60, what="forwarder pod IPs")
+    process = Collected([sys.executable, "-m", "tether", "policy-sets", "-target-cluster-name", "gcp",
+                         "-target-kube-config", "gcp.kubeconfig", "-local-kube-config", "aws.kubeconfig",
+                         "-listen-address", "127.0.0.1:0"], merge_stderr=True, cwd=world.work,
+                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = process.wait_for_line(lambda text: "/healthz /metrics on http://" in text, timeout=60)
+        port = int(line.rsplit(":", 1)[1])
+        a, b = ips()["forwarder-a"], ips()["forwarder-b"]
+        poll(lambda: set_nets(world) == {f"{a}/32", f"{b}/32"}, timeout=60, what="the set with both pods")
+        # read through v1 what was written through v3, with the four labels
+        v1 = json.loads(world.aws("get", "globalnetworksets.crd.projectcalico.org", SET, "-o", "json").stdout)
+        assert v1["apiVersion"] == "crd.projectcalico.org/v1"
+        assert v1["metadata"]["labels"] == SET_LABELS
+        described = world.aws("describe", "GlobalNetworkSet", SET).stdout
+        assert "managed-by=semaphore-policy" in described and "policy.semaphore.uw.io/cluster=gcp" in described
+        assert http(port, "/healthz")[0] == 200
+        assert "tether_policy_sets_nets" in http(port, "/metrics")[1]
+
+        # a pod whose label changes leaves the set; a deleted pod leaves the set
+        world.gcp("label", "pod", "forwarder-a", "-n", "sys-log", "policy.semaphore.uw.io/name=other", "--overwrite")
+        poll(lambda: set_nets(world) == {f"{b}/32"}, timeout=60, what="the relabelled pod out of the set")
+        poll(lambda: set_nets(world, "globalnetworksets.crd.projectcalico.org") is not None
+             and "gcp-sys-log-other" in world.aws("get", "globalnetworksets").stdout, timeout=60,
+             what="the other set")
+        world.gcp("delete", "pod", "forwarder-b", "-n", "sys-log", "--wait=false")
+        poll(lambda: set_nets(world) is None, timeout=60, what="the emptied set deleted")
+    finally:
+        process.stop()
+        print("\n".join(process.snapshot()[-40:]))
+
+
+def test_sets_written_through_v1_read_through_v3_and_the_seeds_policy(world: World) -> None:
+    body = {"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+            "metadata": {"name": "written-through-v1", "labels": SET_LABELS},
+            "spec": {"nets": ["10.4.5.2/32", "fd00::1/128"]}}
+    world.apply("aws", body)
+    v3 = json.loads(world.aws("get", "globalnetworksets.projectcalico.org", "written-through-v1", "-o", "json").stdout)
+    assert v3["apiVersion"] == "projectcalico.org/v3"
+    assert v3["metadata"]["labels"] == SET_LABELS and v3["spec"]["nets"] == ["10.4.5.2/32", "fd00::1/128"]
+    applied = world.clusters.kubectl("apply", "-n", "sys-log", "-f", "-", context="aws", input=SEED_POLICY)
+    assert "networkpolicy.crd.projectcalico.org/allow-to-fluentd created" in applied.stdout
+    stored = json.loads(world.aws("get", "networkpolicies.projectcalico.org", "allow-to-fluentd", "-n", "sys-log",
+                                  "-o", "json").stdout)
+    assert stored["spec"]["ingress"][0]["source"]["namespaceSelector"] == "global()"
+    assert stored["spec"]["ingress"][0]["destination"]["ports"] == [8889]
+    bad = SEED_POLICY.replace("action: Allow", "action: Accept")
+    refused = world.clusters.kubectl("apply", "-n", "sys-log", "-f", "-", context="aws", input=bad, check=False)
+    assert refused.returncode != 0 and "spec.ingress[0].action" in refused.stderr
