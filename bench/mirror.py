@@ -83,6 +83,7 @@ class Result:
     change_cpu_s: float = float("nan")
     rate: float = 0.0
     resync_s: float = float("nan")
+    resync_first_s: float = float("nan")
     resync_cpu_s: float = float("nan")
 
 
@@ -186,11 +187,12 @@ class Bench:
     def mirror_of(self, i: int) -> str:
         return f"aws-{NAMESPACE}-73736d-svc-{i:04d}"
 
-    async def wait_all(self, generation: int) -> float:
+    async def wait_all(self, generation: int) -> tuple[float, float]:
+        """When the first and the last mirror slice showed `generation`'s address."""
         futures = [self.expect(self.mirror_of(i), address(i, generation)) for i in range(self.services)]
         async with asyncio.timeout(WAIT_S):
             done = await asyncio.gather(*futures)
-        return max(done)
+        return min(done), max(done)
 
     # phases ------------------------------------------------------------------------------
 
@@ -204,13 +206,14 @@ class Bench:
                 await local.wait_synced(60)
                 started = time.monotonic()
                 self.start_mirror()
-                last = await self.wait_all(0)
+                _, last = await self.wait_all(0)
                 result.cold_s = last - started
                 result.cold_cpu_s = self.mirror_cpu()
                 await asyncio.sleep(2.0)  # let the mirror settle (its own events) before timing changes
 
                 cpu_before = self.mirror_cpu()
                 versions: dict[int, int] = {}
+                records: list[asyncio.Task[None]] = []
                 for n in range(changes):
                     i = (n * 7919) % self.services
                     versions[i] = versions.get(i, 0) + 1
@@ -220,11 +223,9 @@ class Bench:
                     await aws.replace(body)
                     acked = time.monotonic()
                     future = self.expect(self.mirror_of(i), ip)
-                    asyncio.get_running_loop().create_task(self._record(result, future, acked))
+                    records.append(asyncio.create_task(self._record(result, future, acked)))
                     await asyncio.sleep(1.0 / rate)
-                async with asyncio.timeout(WAIT_S):
-                    while len(result.latencies) < changes:
-                        await asyncio.sleep(0.05)
+                await asyncio.gather(*records)
                 result.change_cpu_s = self.mirror_cpu() - cpu_before
 
                 self.stop_mirror()
@@ -241,8 +242,9 @@ class Bench:
                 await asyncio.sleep(1.0)
                 started = time.monotonic()
                 self.start_mirror()
-                last = await self.wait_all(generation)
+                first, last = await self.wait_all(generation)
                 result.resync_s = last - started
+                result.resync_first_s = first - started
                 result.resync_cpu_s = self.mirror_cpu()
             finally:
                 watcher.cancel()
@@ -278,7 +280,7 @@ def rows(r: Result) -> list[tuple[str, str, str, str]]:
          f"mirrored Services)", f"p50 {percentile(ms, 50):.0f} ms, p99 {p99:.0f} ms, max {max(ms):.0f} ms",
          "p99 <= 1 s", "yes" if p99 <= 1000 else "no"),
         (f"resync of {r.services:,} Services after a restart (every remote slice changed while stopped)",
-         f"{r.resync_s:.1f} s (mirror CPU {r.resync_cpu_s:.1f} s)", "<= 10 s", "yes" if r.resync_s <= 10 else "no"),
+         f"{r.resync_s:.1f} s (first slice at {r.resync_first_s:.1f} s; mirror CPU {r.resync_cpu_s:.1f} s)", "<= 10 s", "yes" if r.resync_s <= 10 else "no"),
         (f"cold start: {r.services:,} mirrors made (Service, Endpoints, EndpointSlice each)",
          f"{r.cold_s:.1f} s (mirror CPU {r.cold_cpu_s:.1f} s)", "-", "-"),
     ]

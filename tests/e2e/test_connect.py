@@ -37,35 +37,10 @@ from e2e_util import Collected, poll, root_conftest
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "connect" / "semaphore-service-mirror.json"
+EXAMPLES = REPO / "examples" / "connect"
+EXAMPLE = EXAMPLES / "semaphore-service-mirror.json"
 MIRROR = "aws-sys-log-73736d-fluentd"
 MIRROR_LABEL = "mirror.semaphore.uw.io/mirror-service"
-
-SERVER = (
-    "import os, socketserver, threading\n"
-    "class H(socketserver.StreamRequestHandler):\n"
-    "    def handle(self):\n"
-    "        self.wfile.write(('%s:%d\\n' % (os.environ['POD_NAME'], self.server.server_address[1])).encode())\n"
-    "for port in (8888, 8889):\n"
-    "    server = socketserver.ThreadingTCPServer((os.environ['POD_IP'], port), H)\n"
-    "    threading.Thread(target=server.serve_forever).start()\n"
-)
-
-
-def fluentd(replicas: int = 2) -> list[dict[str, Any]]:
-    env = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-           {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
-    labels = {"app.kubernetes.io/name": "fluentd"}
-    return [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "fluentd", "namespace": "sys-log"},
-         "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                  "template": {"metadata": {"labels": labels}, "spec": {"containers": [{
-                      "name": "fluentd", "image": "python", "command": ["python3", "-c", SERVER], "env": env,
-                      "ports": [{"name": "forward", "containerPort": 8888}, {"name": "http", "containerPort": 8889}],
-                      "readinessProbe": {"tcpSocket": {"port": 8889}, "periodSeconds": 1}}]}}}},
-        service("fluentd"),
-    ]
-
 
 def service(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Service",
@@ -137,9 +112,8 @@ def http(port: int, path: str) -> tuple[int, str]:
 
 
 def call(ip: str, port: int) -> str:
-    with socket.create_connection((ip, port), timeout=5) as conn:
-        conn.settimeout(5)
-        return conn.makefile().readline().strip()
+    with urllib.request.urlopen(f"http://{ip}:{port}/", timeout=5) as response:
+        return str(response.read().decode().strip())
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +128,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     shutil.copyfile(EXAMPLE, work / EXAMPLE.name)
     world = World(clusters, work)
     world.gcp("create", "namespace", "sys-semaphore")
-    world.aws("create", "namespace", "sys-log")
-    world.apply("aws", *fluentd())
+    world.aws("apply", "-f", str(EXAMPLES / "fluentd.yaml"))
     world.aws("rollout", "status", "deploy/fluentd", "-n", "sys-log", "--timeout=90s", timeout=120)
     try:
         yield world
@@ -181,7 +154,7 @@ def test_the_seed_flow(world: World) -> None:
 
         # endpoints: the remote pod IPs, as slices and as Endpoints
         pods = world.pod_ips()
-        assert len(pods) == 2
+        assert len(pods) == 3
         poll(lambda: world.mirror_ips() == pods and world.endpoints_ips() == pods, timeout=60,
              what=f"mirror endpoints {pods}")
         (slice_,) = world.mirror_slices()
@@ -211,7 +184,7 @@ def test_the_seed_flow(world: World) -> None:
         world.aws("delete", "pod", victim, "-n", "sys-log", "--wait=false")
         poll(lambda: victim_ip not in world.mirror_ips() | world.endpoints_ips(), timeout=60,
              what=f"{victim_ip} to leave the mirror")
-        poll(lambda: len(world.pod_ips()) == 2 and world.mirror_ips() == world.pod_ips()
+        poll(lambda: len(world.pod_ips()) == 3 and world.mirror_ips() == world.pod_ips()
              and world.endpoints_ips() == world.pod_ips(), timeout=90, what="the replacement pod in the mirror")
         assert world.exists("service", "aws-sys-log-73736d-extra")
     finally:
@@ -402,28 +375,7 @@ def test_sigterm_stops_the_mirror(world: World) -> None:
 
 # policy sets ---------------------------------------------------------------------------------
 
-SEED_POLICY = """\
-apiVersion: crd.projectcalico.org/v1
-kind: NetworkPolicy
-metadata:
-  name: allow-to-fluentd
-spec:
-  selector: app.kubernetes.io/name == 'fluentd'
-  types:
-    - Ingress
-  ingress:
-    - action: Allow
-      protocol: TCP
-      source:
-        selector: >-
-          policy.semaphore.uw.io/name == 'forwarder' &&
-          policy.semaphore.uw.io/namespace == 'sys-log' &&
-          policy.semaphore.uw.io/cluster == 'gcp'
-        namespaceSelector: global()
-      destination:
-        ports:
-          - 8889
-"""
+SEED_POLICY = (EXAMPLES / "allow-to-fluentd.yaml").read_text()  # the seed's policy, as written
 SET = "gcp-sys-log-forwarder"
 SET_LABELS = {"managed-by": "semaphore-policy", "policy.semaphore.uw.io/cluster": "gcp",
               "policy.semaphore.uw.io/name": "forwarder", "policy.semaphore.uw.io/namespace": "sys-log"}

@@ -136,8 +136,8 @@ def test_plan_creates_then_is_empty_once_applied() -> None:
     assert desired is not None
     first = plan(desired, Existing())
     assert [str(s) for s in first.steps] == [
-        "create Service aws-sys-log-73736d-fluentd", "create Endpoints aws-sys-log-73736d-fluentd",
-        "create EndpointSlice aws-sys-log-73736d-fluentd-a"]
+        "create Service aws-sys-log-73736d-fluentd", "create EndpointSlice aws-sys-log-73736d-fluentd-a",
+        "create Endpoints aws-sys-log-73736d-fluentd"]
     existing = Existing(_applied(desired.service), _applied(desired.endpoints),
                         tuple(_applied(s) for s in desired.slices))
     assert plan(desired, existing).empty
@@ -150,10 +150,10 @@ def test_an_endpoint_change_updates_the_slice_and_endpoints_only() -> None:
     existing = Existing(_applied(before.service), _applied(before.endpoints),
                         tuple(_applied(s) for s in before.slices))
     steps = plan(after, existing).steps
-    assert [str(s) for s in steps] == ["update Endpoints aws-sys-log-73736d-fluentd",
-                                       "update EndpointSlice aws-sys-log-73736d-fluentd-a"]
-    assert steps[1].obj["metadata"]["resourceVersion"] == "1"  # a conditional update
-    assert [e["addresses"] for e in steps[1].obj["endpoints"]] == [["10.2.3.19"]]
+    assert [str(s) for s in steps] == ["update EndpointSlice aws-sys-log-73736d-fluentd-a",
+                                       "update Endpoints aws-sys-log-73736d-fluentd"]
+    assert steps[0].obj["metadata"]["resourceVersion"] == "1"  # a conditional update
+    assert [e["addresses"] for e in steps[0].obj["endpoints"]] == [["10.2.3.19"]]
 
 
 def test_headless_to_cluster_ip_recreates_the_service() -> None:
@@ -195,7 +195,7 @@ def test_extra_slices_are_deleted() -> None:
     existing = Existing(_applied(before.service), _applied(before.endpoints),
                         tuple(_applied(s) for s in before.slices))
     assert [str(s) for s in plan(after, existing).steps] == [
-        "update Endpoints aws-sys-log-73736d-fluentd", "delete EndpointSlice aws-sys-log-73736d-fluentd-b"]
+        "delete EndpointSlice aws-sys-log-73736d-fluentd-b", "update Endpoints aws-sys-log-73736d-fluentd"]
 
 
 # global services ------------------------------------------------------------------------------

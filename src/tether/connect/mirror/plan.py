@@ -483,10 +483,6 @@ def plan(desired: Desired | None, existing: Existing, *, keep_slices: Iterable[s
         steps.append(Step("create", desired.service))
     elif _service_differs(existing.service, desired.service):
         steps.append(Step("update", _service_update(existing.service, desired.service)))
-    if existing.endpoints is None:
-        steps.append(Step("create", desired.endpoints))
-    elif _endpoints_differ(existing.endpoints, desired.endpoints):
-        steps.append(Step("update", _endpoints_update(existing.endpoints, desired.endpoints)))
     have = {_name(s): s for s in existing.slices}
     for wanted in desired.slices:
         current = have.pop(_name(wanted), None)
@@ -498,6 +494,11 @@ def plan(desired: Desired | None, existing: Existing, *, keep_slices: Iterable[s
         elif _slice_differs(current, wanted):
             steps.append(Step("update", _slice_update(current, wanted)))
     steps += [Step("delete", _ref(SLICE, s)) for s in _sorted(have.values()) if _name(s) not in kept]
+    # slices first: kube-proxy reads them; Endpoints follow for the clients that still read those
+    if existing.endpoints is None:
+        steps.append(Step("create", desired.endpoints))
+    elif _endpoints_differ(existing.endpoints, desired.endpoints):
+        steps.append(Step("update", _endpoints_update(existing.endpoints, desired.endpoints)))
     return Plan(tuple(steps), recreated)
 
 

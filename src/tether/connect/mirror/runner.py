@@ -60,7 +60,7 @@ class MirrorRunner:
     def __init__(self, settings: RemoteClusterSettings, global_settings: GlobalSettings, client: KubeClient,
                  local_client: KubeClient, view: LocalView, metrics: MirrorMetrics, *,
                  on_freshness: Callable[[str, Freshness, stale.Condition], None] | None = None,
-                 workers: int = 8) -> None:
+                 workers: int = 16) -> None:
         self.settings = settings
         self.global_settings = global_settings
         self.client = client
