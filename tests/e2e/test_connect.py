@@ -455,3 +455,54 @@ def test_sets_written_through_v1_read_through_v3_and_the_seeds_policy(world: Wor
     bad = SEED_POLICY.replace("action: Allow", "action: Accept")
     refused = world.clusters.kubectl("apply", "-n", "sys-log", "-f", "-", context="aws", input=bad, check=False)
     assert refused.returncode != 0 and "spec.ingress[0].action" in refused.stderr
+
+
+def test_global_service_merges_both_clusters(world: World) -> None:
+    """A Service with the global label in both clusters becomes `gl-sys-log-73736d-glob` in gcp
+    with the endpoints of both: gcp's hinted for its zones, aws's in zone `remote`."""
+    global_labels = {"mirror.semaphore.uw.io/global-service": "true",
+                     "mirror.semaphore.uw.io/global-service-routing-strategy": "local-first"}
+
+    def glob(selector: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "glob", "namespace": "sys-log", "labels": global_labels},
+                "spec": {"selector": selector, "ports": [{"name": "http", "port": 8889}]}}
+
+    world.gcp("create", "namespace", "sys-log", check=False)
+    labels = {"app.kubernetes.io/name": "glob"}
+    world.apply("gcp", {"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": "glob", "namespace": "sys-log"},
+                        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                                 "template": {"metadata": {"labels": labels},
+                                              "spec": {"containers": [{"name": "glob",
+                                                                       "image": "example.com/glob"}]}}}},
+                glob(labels))
+    world.apply("aws", glob({"app.kubernetes.io/name": "fluentd"}))
+    mirror, _ = world.start_mirror()
+    try:
+        name = "gl-sys-log-73736d-glob"
+        poll(lambda: world.exists("service", name), timeout=60, what="the global Service")
+
+        def by_cluster() -> dict[str, list[dict[str, Any]]]:
+            out: dict[str, list[dict[str, Any]]] = {}
+            for item in world.mirror_slices(name):
+                out.setdefault(item["metadata"]["labels"]["mirror-endpointslice-sync-name"], []).append(item)
+            return out
+
+        poll(lambda: {c: sum(len(s["endpoints"]) for s in slices) for c, slices in by_cluster().items()}
+             == {"aws": 3, "gcp": 1}, timeout=60, what="endpoints of both clusters behind the global Service")
+        svc = world.gcp_json("get", "service", name, "-n", "sys-semaphore")
+        assert svc["metadata"]["labels"] == {"global-svc": "true"}
+        assert svc["metadata"]["annotations"]["global-svc-clusters"] == "aws,gcp"
+        assert svc["metadata"]["annotations"]["service.kubernetes.io/topology-aware-hints"] == "auto"
+        slices = by_cluster()
+        remote = slices["aws"][0]["endpoints"][0]
+        assert remote["zone"] == "remote" and remote["hints"] == {"forZones": [{"name": "remote"}]}
+        assert slices["gcp"][0]["endpoints"][0]["hints"] == {"forZones": [{"name": "local"}]}
+        assert all(s["metadata"]["name"].startswith("gl-") for items in slices.values() for s in items)
+
+        world.aws("delete", "service", "glob", "-n", "sys-log")
+        poll(lambda: set(by_cluster()) == {"gcp"} and world.gcp_json("get", "service", name, "-n", "sys-semaphore")[
+            "metadata"]["annotations"]["global-svc-clusters"] == "gcp", timeout=60, what="aws's part gone")
+    finally:
+        mirror.stop()
