@@ -1,8 +1,10 @@
-"""The service mirror run by the hub: a `MirrorPolicy`, two push members, no config file.
+"""The service mirror run by the hub: a `MirrorPolicy`, a push and a pull member, no config file.
 
-Clusters `hub`, `aws` and `gcp`; `aws` and `gcp` are joined to the hub, which runs `tether hub
-run`. A MirrorPolicy makes each member mirror the other's labelled Services; the remote's
-Cluster carries the mirrored endpoints' condition; deleting the policy removes the mirrors.
+Clusters `hub` and `aws` in one data dir, `gcp` in another. `aws` is joined (push); `gcp`
+registers with a bootstrap token and runs its agent (pull), so the hub reaches gcp's API only
+through its tunnel. A MirrorPolicy makes each member mirror the other's labelled Services (the
+hub reads gcp and writes gcp's mirrors through the tunnel); the remote's Cluster carries the
+mirrored endpoints' condition; deleting the policy removes the mirrors.
 """
 
 from __future__ import annotations
@@ -77,32 +79,57 @@ def tether(*args: str) -> subprocess.CompletedProcess[str]:
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     root = root_conftest()
     data_dir = tmp_path_factory.mktemp("connect-hub")
-    clusters = root.start_clusters(data_dir, ["hub", "aws", "gcp"], tmp_path_factory.mktemp("kubecache-hub"))
-    kubeconfig = str(clusters.kubeconfig)
+    member_dir = tmp_path_factory.mktemp("connect-pull")
+    agents_dir = tmp_path_factory.mktemp("connect-agents")
+    cache = tmp_path_factory.mktemp("kubecache-hub")
+    clusters = root.start_clusters(data_dir, ["hub", "aws"], cache)
     process: Collected | None = None
     try:
+        pull = root.start_clusters(member_dir, ["gcp"], cache)
+        merged = tmp_path_factory.mktemp("kubeconfig") / "kubeconfig"
+        merged.write_text(subprocess.run(
+            [root.kubectl_binary(), "config", "view", "--flatten"], capture_output=True, text=True, check=True,
+            env={**os.environ, "KUBECONFIG": f"{clusters.kubeconfig}:{pull.kubeconfig}"}).stdout)
+        clusters.kubeconfig = merged
+        clusters.names = ["hub", "aws", "gcp"]
+        kubeconfig = str(clusters.kubeconfig)
         tether("hub", "install", "--kubeconfig", kubeconfig, "--context", "hub")
-        for name in ("aws", "gcp"):
-            tether("join", name, "--cluster-context", name, "--host-kubeconfig", kubeconfig, "--host-context", "hub",
-                   "--cluster-kubeconfig", kubeconfig)
+        tether("join", "aws", "--cluster-context", "aws", "--host-kubeconfig", kubeconfig, "--host-context", "hub",
+               "--cluster-kubeconfig", kubeconfig)
         process = Collected([sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", kubeconfig, "--context",
-                             "hub", "--port", "0", "--health-period", "0.5", "--health-threshold", "1", "--verbose"],
-                            merge_stderr=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        process.wait_for_line(lambda line: "http://127.0.0.1:" in line, timeout=60)
+                             "hub", "--port", "0", "--health-period", "0.5", "--health-threshold", "1",
+                             "--tunnel-agent-port", "0", "--tunnel-frontend-port", "0",
+                             "--tunnel-bind-address", "127.0.0.1", "--data-dir", str(data_dir / "hub-state"),
+                             "--verbose"], merge_stderr=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        process.wait_for_line(lambda line: "tunnel server: agents at" in line, timeout=60)
+        command = tether("token", "create", "--ttl", "1h", "--print-register-command", "--kubeconfig", kubeconfig,
+                         "--host-context", "hub", "--cluster-name", "gcp").stdout.strip().splitlines()[-1]
+        words = command.split()
+        assert words[:2] == ["tether", "register"]
+        tether(*words[1:], "--kubeconfig", kubeconfig, "--context", "gcp", "--data-dir", str(agents_dir),
+               "--period", "0.5")
         yield Hub(clusters)
     finally:
+        subprocess.run([sys.executable, "-m", "tether", "agent", "stop", "--cluster-name", "gcp", "--data-dir",
+                        str(agents_dir)], capture_output=True, timeout=60)
         if process is not None:
             process.stop()
             print("\n".join(process.snapshot()[-60:]))
+        root.tether("local", "down", "--data-dir", str(member_dir))
         root.tether("local", "down", "--data-dir", str(data_dir))
 
 
 def test_members_mirror_each_other(hub: Hub, tmp_path: Path) -> None:
+    gcp = hub.json("hub", "get", "clusters.cluster.tether.io", "gcp")
+    assert gcp["spec"]["syncMode"] == "Pull" and gcp["spec"].get("proxyURL")  # reached through the tunnel
     hub.apply("aws", *app("fluentd", "sys-log"))
     hub.apply("gcp", *app("web", "shop"))
-    poll(lambda: all(c["status"] == "True" for name in ("aws", "gcp")
-                     for c in hub.json("hub", "get", "clusters.cluster.tether.io", name)["status"].get("conditions", [])
-                     if c["type"] == "Ready") and len(hub.json("hub", "get", "clusters.cluster.tether.io")["items"]) == 2,
+
+    def ready(name: str) -> bool:
+        status = hub.json("hub", "get", "clusters.cluster.tether.io", name).get("status") or {}
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+
+    poll(lambda: ready("aws") and ready("gcp"),
          timeout=60, what="both members Ready")
     poll(lambda: hub.kubectl("hub", "get", "crd", "mirrorpolicies.connect.tether.io", check=False).returncode == 0,
          timeout=60, what="the MirrorPolicy CRD")
@@ -124,7 +151,8 @@ def test_members_mirror_each_other(hub: Hub, tmp_path: Path) -> None:
     assert sorted((c["name"], c["mirrors"]) for c in status["clusters"]) == [("aws", ["gcp"]), ("gcp", ["aws"])]
 
     def fresh(name: str) -> bool:
-        conditions = hub.json("hub", "get", "clusters.cluster.tether.io", name)["status"].get("conditions", [])
+        conditions = (hub.json("hub", "get", "clusters.cluster.tether.io", name).get("status") or {}).get(
+            "conditions", [])
         kinds = {c["type"]: c for c in conditions}
         return kinds.get("ServiceMirrorEndpointsFresh", {}).get("status") == "True" and "Ready" in kinds
 
