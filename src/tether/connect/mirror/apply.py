@@ -22,6 +22,10 @@ STALE_VIEW_RETRY_S = 0.05
 _METHODS = {"create": "POST", "update": "PUT", "delete": "DELETE"}
 
 
+class MirrorNamespaceMissing(Exception):
+    """A create failed because the mirror namespace does not exist (retried with backoff)."""
+
+
 async def apply_steps(client: KubeClient, view: LocalView, steps: Iterable[Step], metrics: MirrorMetrics) -> int:
     """Apply `steps` in order; returns how many were written."""
     host = urlsplit(client.server).netloc
@@ -48,7 +52,15 @@ async def apply_steps(client: KubeClient, view: LocalView, steps: Iterable[Step]
                     code = 404  # gone already: its DELETED event has come or is coming
                     view.forget(step.kind, step.name)
             done += 1
-        except (AlreadyExists, Conflict, NotFound) as exc:
+        except NotFound as exc:
+            code = exc.code
+            view.forget(step.kind, step.name)
+            if step.action == "create":  # only the namespace can be missing: not a stale view
+                raise MirrorNamespaceMissing(
+                    f"cannot create {step.kind} {step.name} on {client.server}: {exc.message}; create the mirror "
+                    "namespace") from None
+            raise RequeueAfter(STALE_VIEW_RETRY_S) from exc
+        except (AlreadyExists, Conflict) as exc:
             code = exc.code
             view.forget(step.kind, step.name)
             raise RequeueAfter(STALE_VIEW_RETRY_S) from exc

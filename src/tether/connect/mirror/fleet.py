@@ -177,7 +177,6 @@ class MirrorFleet:
         local = await self.pool.set(instance.local, members[instance.local].credentials)
         remotes = [Remote(remote_settings(r, spec.stale), await self.pool.set(r, members[r].credentials))
                    for r in instance.remotes]
-        await _ensure_namespace(local, spec.settings.mirror_namespace)
         mirror = ServiceMirror(instance.local, local, spec.settings, remotes, zones=instance.zones,
                                on_freshness=lambda remote, state, condition: self._observed(
                                    instance.local, remote, state, condition))
@@ -256,17 +255,6 @@ class MirrorFleet:
             await self.report(remote, condition)
         except KubeError as exc:
             log.warning("reporting mirrored endpoints of %s: %s", remote, exc)
-
-
-async def _ensure_namespace(client: KubeClient, namespace: str) -> None:
-    try:
-        if await client.get_or_none("v1", "Namespace", namespace) is None:
-            await client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-                                field_manager="tether-connect-mirror")
-    except AlreadyExists:
-        pass
-    except KubeError as exc:
-        log.warning("namespace %s on %s: %s", namespace, client.server, exc)
 
 
 async def remove_mirrors_of(client: KubeClient, namespace: str, cluster: str) -> int:

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from tether.connect.informers import wait_listed
 from tether.connect.mirror import labels as L
 from tether.connect.mirror import stale
+from tether.connect.mirror.apply import FIELD_MANAGER
 from tether.connect.mirror.config import GlobalSettings, RemoteClusterSettings
 from tether.connect.mirror.globals import GlobalMirror, is_global
 from tether.connect.mirror.localview import LocalView
 from tether.connect.mirror.metrics import MirrorMetrics
 from tether.connect.mirror.plan import Freshness
 from tether.connect.mirror.runner import MirrorRunner
-from tether.kube import KubeClient, WatchEvent
+from tether.kube import AlreadyExists, KubeClient, KubeError, WatchEvent
 from tether.net.httpserver import HttpServer, Request, Response
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,23 @@ class ServiceMirror:
 
     # running -----------------------------------------------------------------------------
 
+    async def ensure_namespace(self) -> None:
+        """Create the mirror namespace when it is missing (upstream expects it; a mirror
+        without the right to create namespaces says so and carries on)."""
+        namespace = self.settings.mirror_namespace
+        try:
+            if await self.local_client.get_or_none("v1", "Namespace", namespace) is None:
+                await self.local_client.create({"apiVersion": "v1", "kind": "Namespace",
+                                                "metadata": {"name": namespace}}, field_manager=FIELD_MANAGER)
+                log.info("created the mirror namespace %s in %s", namespace, self.local_name)
+        except AlreadyExists:
+            pass
+        except KubeError as exc:
+            log.error("the mirror namespace %s in %s: %s (create it, or grant the right to)", namespace,
+                      self.local_name, exc.message)
+
     async def run(self) -> None:
+        await self.ensure_namespace()
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.view.run())
