@@ -63,7 +63,11 @@ class GlobalSource:
             return
         old = self._owner.pop(event.key, None)
         if old is not None:
-            self._index.get(old, set()).discard(event.key.name)
+            members = self._index.get(old)
+            if members is not None:
+                members.discard(event.key.name)
+                if not members:
+                    del self._index[old]
             self._on_key(old)
         service = ((event.object.get("metadata") or {}).get("labels") or {}).get(L.SERVICE_NAME)
         if event.type != "DELETED" and service:

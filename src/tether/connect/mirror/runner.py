@@ -134,7 +134,11 @@ class MirrorRunner:
         slice_key = event.key
         old = self._slice_owner.pop(slice_key, None)
         if old is not None:
-            self._slice_index.get(old, set()).discard(slice_key.name)
+            members = self._slice_index.get(old)
+            if members is not None:
+                members.discard(slice_key.name)
+                if not members:
+                    del self._slice_index[old]
         service = ((event.object.get("metadata") or {}).get("labels") or {}).get(L.SERVICE_NAME)
         if event.type != "DELETED" and service:
             owner = ObjectKey(slice_key.namespace, str(service))
