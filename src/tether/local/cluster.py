@@ -15,7 +15,7 @@ from tether.local import components
 from tether.local import tokens as sa_tokens
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
-from tether.local.netns import fabric_for
+from tether.local.netns import fabric_for, owner_tag
 from tether.local.network import ClusterNetwork, NetworkError, choose_mode, claim_index
 from tether.local.operations import Operations, WriteOptions
 from tether.local.pki import ClusterPki, ensure_cluster_pki
@@ -89,7 +89,7 @@ class LocalCluster:
         self.network = ClusterNetwork.of(self._index.index, mode)
         # Where cluster addresses live (host loopback or namespaces): every part that binds or
         # dials one goes through it.
-        self.fabric = fabric_for(self.network, config.nodes)
+        self.fabric = fabric_for(self.network, config.nodes, owner=owner_tag(config.data_dir))
         # An isolated API server listens only inside the cluster's network (its router
         # namespace): its own nodes and pods reach it, nothing on the host side does.
         self.api_host = config.host

@@ -198,8 +198,9 @@ def stop_daemon(layout: Layout) -> bool:
 
 def remove_namespaces(state: dict[str, Any]) -> list[str]:
     """Remove what netns-mode clusters left behind (a daemon that had to be killed does not
-    clean up); the namespaces that could not be removed. An index another running cluster has
-    claimed meanwhile is left alone: the namespaces with its number are that cluster's now."""
+    clean up); the namespaces and host devices that could not be removed. An index another
+    running cluster has claimed meanwhile is left alone (the namespaces with its number are that
+    cluster's now) except for host devices whose alias names this cluster's data directory."""
     left: list[str] = []
     for entry in state.get("clusters") or []:
         try:
@@ -210,6 +211,7 @@ def remove_namespaces(state: dict[str, Any]) -> list[str]:
             continue
         claim = network.try_claim(found["index"])
         if claim is None:
+            left += netns.remove_devices_of(found["index"], owner=netns.owner_tag(Path(entry["dataDir"])))
             continue
         try:
             left += netns.teardown_index(found["index"])
