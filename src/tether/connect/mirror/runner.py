@@ -107,7 +107,7 @@ class MirrorRunner:
             error = self.services.last_error or self.slices.last_error
             return f"{self.name}: not listed yet" + (f" ({error.message})" if error else "")
         if not self.tracker.reachable:
-            return f"{self.name}: unreachable since {time.monotonic() - self.tracker.since:.0f}s " \
+            return f"{self.name}: unreachable for {time.monotonic() - self.tracker.since:.0f}s " \
                    f"({self.tracker.detail}); endpoints {self.freshness}"
         return f"{self.name}: ok"
 
