@@ -303,7 +303,7 @@ NOTES = """\
   is 2,000 of them: each mirror's slice and its Endpoints) on the same 2 CPUs the benchmark,
   the mirror and, while these runs were made, other sessions' builds used (load average 7 to 14).
 - Runs on this machine on 2026-12-01, same script and settings: load 7.4: change p99 380 ms,
-  resync 7.2 s; load 13.9: p99 252 ms (50 changes), resync 9.5 s; load 11.4 (the table above):
+  resync 7.2 s; load 13.9: p99 252 ms (50 changes), resync 9.5 s; load 11-13 (the table above):
   p99 1.3 s, resync 14.7 s. Both goals were met in two of the three runs and missed in the third:
   the numbers follow what else runs on the 2 CPUs; a quiet machine is still to be measured.
 - "first slice at" is the restart's fixed cost: the Python process starting (~1 s), listing the
