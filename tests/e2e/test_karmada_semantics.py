@@ -1,0 +1,128 @@
+"""Karmada's semantics as its users meet them, with the manifests of `examples/karmada/`.
+
+A hub (`host`) with members `member1` and `member2`, as in Karmada's samples; every test works
+in a namespace of its own and deletes what it made. Deletions are done the way users do them,
+with kubectl, which waits until the object is gone (a finalizer left behind would make it fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from e2e_util import unique
+from fed_fleet import EXAMPLES, Fleet, fleet_of, report, until
+
+pytestmark = pytest.mark.e2e
+
+KARMADA = EXAMPLES / "karmada"
+DEPLOY = str(KARMADA / "lifecycle-nginx-deployment.yaml")
+POLICY = str(KARMADA / "lifecycle-nginx-propagationpolicy.yaml")
+MEMBERS = ("member1", "member2")
+DELETE_TIMEOUT = "--timeout=60s"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with fleet_of(tmp_path_factory.mktemp("karmada"), tmp_path_factory.mktemp("karmada-cache"),
+                  MEMBERS) as started:
+        yield started
+
+
+def namespace(fleet: Fleet) -> str:
+    name = unique("k")
+    fleet.kubectl("host", "create", "namespace", name)
+    return name
+
+
+async def copies(fleet: Fleet, ns: str, name: str = "nginx",
+                 members: tuple[str, ...] = MEMBERS) -> dict[str, Any]:
+    """Per member, the Deployment's replicas (None when it is not there)."""
+    out: dict[str, Any] = {}
+    for member in members:
+        obj = await fleet.get(member, "apps/v1", "Deployment", name, ns)
+        out[member] = None if obj is None else obj["spec"]["replicas"]
+    return out
+
+
+async def propagate_nginx(fleet: Fleet, ns: str) -> None:
+    fleet.kubectl("host", "apply", "-n", ns, "-f", DEPLOY, "-f", POLICY)
+
+    async def one_each() -> bool:
+        return await copies(fleet, ns) == {"member1": 1, "member2": 1}
+
+    await until(one_each, "one replica in each member")
+
+
+async def gone_everywhere(fleet: Fleet, ns: str, members: tuple[str, ...] = MEMBERS) -> None:
+    async def gone() -> bool:
+        template = await fleet.get("host", "apps/v1", "Deployment", "nginx", ns)
+        return template is None and set((await copies(fleet, ns, members=members)).values()) == {
+            None}
+
+    await until(gone, "the template and every member copy gone")
+
+
+async def test_template_then_policy(fleet: Fleet) -> None:
+    ns = namespace(fleet)
+    await propagate_nginx(fleet, ns)
+    fleet.kubectl("host", "delete", "-n", ns, "-f", DEPLOY, DELETE_TIMEOUT)
+    fleet.kubectl("host", "delete", "-n", ns, "-f", POLICY, DELETE_TIMEOUT)
+    await gone_everywhere(fleet, ns)
+
+
+async def test_policy_then_template_keeps_copies_until_the_template_goes(fleet: Fleet) -> None:
+    """Karmada keeps a template's binding (and so its copies) when its policy goes, until the
+    template itself is deleted; then the copies go with it."""
+    ns = namespace(fleet)
+    await propagate_nginx(fleet, ns)
+    fleet.kubectl("host", "delete", "-n", ns, "-f", POLICY, DELETE_TIMEOUT)
+
+    async def unclaimed() -> dict[str, Any] | None:
+        cond = (report(await fleet.get("host", "apps/v1", "Deployment", "nginx", ns)).get(
+            "conditions") or [{}])[0]
+        return cond if cond.get("reason") == "PolicyNotFound" else None
+
+    cond = await until(unclaimed, "the template reported as no longer selected")
+    assert "member1, member2" in cond["message"], cond
+    assert await copies(fleet, ns) == {"member1": 1, "member2": 1}
+    fleet.kubectl("host", "delete", "-n", ns, "-f", DEPLOY, DELETE_TIMEOUT)
+    await gone_everywhere(fleet, ns)
+
+
+async def test_template_and_policy_in_one_delete(fleet: Fleet) -> None:
+    ns = namespace(fleet)
+    await propagate_nginx(fleet, ns)
+    fleet.kubectl("host", "delete", "-n", ns, "-f", DEPLOY, "-f", POLICY, DELETE_TIMEOUT)
+    await gone_everywhere(fleet, ns)
+
+
+async def test_both_deleted_while_the_hub_is_down(fleet: Fleet) -> None:
+    ns = namespace(fleet)
+    await propagate_nginx(fleet, ns)
+    with fleet.hub_stopped():
+        fleet.kubectl("host", "delete", "-n", ns, "-f", POLICY)
+        fleet.kubectl("host", "delete", "-n", ns, "-f", DEPLOY, "--wait=false")
+    await gone_everywhere(fleet, ns)
+
+    async def released() -> bool:
+        found = fleet.kubectl("host", "get", "configmap", "-n", "tether-system",
+                              "tether-finalized-kinds", "-o", "jsonpath={.data.karmada}")
+        return found.stdout == "[]"
+
+    # nothing is left to finalize: the hub no longer needs to watch Deployments
+    await until(released, "apps/v1/Deployment released from the finalized kinds")
+
+
+async def test_member_unjoined_first(fleet: Fleet) -> None:
+    ns = namespace(fleet)
+    await propagate_nginx(fleet, ns)
+    fleet.unjoin("member2")
+    try:
+        assert (await copies(fleet, ns))["member2"] is None  # unjoin removed what it propagated
+        fleet.kubectl("host", "delete", "-n", ns, "-f", DEPLOY, "-f", POLICY, DELETE_TIMEOUT)
+        await gone_everywhere(fleet, ns, ("member1",))
+    finally:
+        fleet.join("member2")
+    assert not fleet.tracebacks()
