@@ -30,6 +30,7 @@ CLUSTER_GROUP = "cluster.tether.io"
 CLUSTER_VERSION = "v1alpha1"
 CLUSTER_API_VERSION = f"{CLUSTER_GROUP}/{CLUSTER_VERSION}"
 KARMADA_POLICY_GROUP = "policy.karmada.io"
+KARMADA_WORK_GROUP = "work.karmada.io"
 KUBEFED_CORE_GROUP = "core.kubefed.io"
 KUBEFED_SCHEDULING_GROUP = "scheduling.kubefed.io"
 KUBEFED_TYPES_GROUP = "types.kubefed.io"
@@ -407,7 +408,34 @@ def override_policy_crd(cluster_scoped: bool) -> Crd:
     )
 
 
+def resource_binding_crd(cluster_scoped: bool) -> Crd:
+    """Karmada's (Cluster)ResourceBinding at v1alpha2: the hub's view of each template's
+    scheduling result (written by the hub, read with `kubectl get rb`)."""
+    kind = "ClusterResourceBinding" if cluster_scoped else "ResourceBinding"
+    return crd(
+        group=KARMADA_WORK_GROUP, version="v1alpha2", kind=kind, plural=f"{kind.lower()}s",
+        scope="Cluster" if cluster_scoped else "Namespaced",
+        short_names=("crb",) if cluster_scoped else ("rb",),
+        schema=root(obj(preserve=True), obj(preserve=True), required=("spec",)),
+        columns=(column("Scheduled", '.status.conditions[?(@.type=="Scheduled")].status'),
+                 column("FullyApplied", '.status.conditions[?(@.type=="FullyApplied")].status'),
+                 AGE),
+        categories=(CATEGORY, "karmada-io"),
+    )
+
+
 # KubeFed ------------------------------------------------------------------------------------
+
+
+def kubefed_cluster_crd() -> Crd:
+    """KubeFed's KubeFedCluster: in the hub namespace, a view of each tether Cluster."""
+    return crd(
+        group=KUBEFED_CORE_GROUP, version="v1beta1", kind="KubeFedCluster",
+        plural="kubefedclusters", scope="Namespaced", short_names=("kfc",),
+        schema=root(obj(preserve=True), obj(preserve=True), required=("spec",)),
+        columns=(AGE, column("Ready", ".status.conditions[?(@.type=='Ready')].status"),
+                 column("Kubernetes-Version", ".status.kubernetesVersion")),
+    )
 
 
 def api_resource() -> Schema:
@@ -632,7 +660,10 @@ def hub_crds() -> list[Crd]:
         propagation_policy_crd(True),
         override_policy_crd(False),
         override_policy_crd(True),
+        resource_binding_crd(False),
+        resource_binding_crd(True),
         federated_type_config_crd(),
+        kubefed_cluster_crd(),
         replica_scheduling_preference_crd(),
         work_crd(),
         registration_request_crd(),
