@@ -2,7 +2,8 @@
 
 Parts: the shared host informers (Clusters, Works), the cluster health controller, the KubeFed
 and Karmada sync controllers, the push-mode Work executor, the registry controller (decides pull
-members' registration requests), and a small HTTP server on 127.0.0.1
+members' registration requests), the KubeFedCluster views of the Clusters, and a small HTTP
+server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -28,6 +29,7 @@ from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
 from tether.federation.execution import WorkExecutor
 from tether.federation.health import build_health_controller
+from tether.federation.kubefedcluster import KubeFedClusterViews
 from tether.federation.metrics import HubMetrics
 from tether.federation.propagation import (
     HubInformers,
@@ -57,6 +59,8 @@ class Hub:
         self.karmada = KarmadaController(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.registrations = RegistrationController(host)
+        self.kubefed_clusters = KubeFedClusterViews(host)
+        self.shared.cluster_handlers.append(self.kubefed_clusters.on_cluster)
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
@@ -112,6 +116,7 @@ class Hub:
                 group.create_task(self.karmada.run())
                 group.create_task(self.executor.run())
                 group.create_task(self.registrations.run())
+                group.create_task(self.kubefed_clusters.run())
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())
