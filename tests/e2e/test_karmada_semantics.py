@@ -115,6 +115,34 @@ async def test_both_deleted_while_the_hub_is_down(fleet: Fleet) -> None:
     await until(released, "apps/v1/Deployment released from the finalized kinds")
 
 
+async def test_preserved_copies_become_the_members_own(fleet: Fleet) -> None:
+    ns = namespace(fleet)
+    files = ("-f", str(KARMADA / "preserve-configmap.yaml"), "-f",
+             str(KARMADA / "preserve-propagationpolicy.yaml"))
+    fleet.kubectl("host", "apply", "-n", ns, *files)
+
+    async def everywhere() -> bool:
+        found = [await fleet.get(m, "v1", "ConfigMap", "settings", ns) for m in MEMBERS]
+        return all(found)
+
+    await until(everywhere, "settings in both members")
+    fleet.kubectl("host", "delete", "-n", ns, *files, DELETE_TIMEOUT)
+    for member in MEMBERS:
+        kept = await fleet.get(member, "v1", "ConfigMap", "settings", ns)
+        assert kept is not None and kept["data"] == {"mode": "production"}, member
+        meta = kept["metadata"]
+        assert "app.kubernetes.io/managed-by" not in (meta.get("labels") or {}), meta
+        assert not any(k.startswith(("tether.io/", "work.tether.io/"))
+                       for k in meta.get("annotations") or {}), meta
+    # an unjoin deletes what tether propagated, and no longer counts these among it
+    fleet.unjoin("member2")
+    try:
+        assert await fleet.get("member2", "v1", "ConfigMap", "settings", ns) is not None
+        assert await fleet.get("member2", "v1", "Namespace", ns) is not None
+    finally:
+        fleet.join("member2")
+
+
 async def test_member_unjoined_first(fleet: Fleet) -> None:
     ns = namespace(fleet)
     await propagate_nginx(fleet, ns)
