@@ -115,6 +115,41 @@ async def test_both_deleted_while_the_hub_is_down(fleet: Fleet) -> None:
     await until(released, "apps/v1/Deployment released from the finalized kinds")
 
 
+async def test_dependencies_follow_edits_and_stay_while_still_used(fleet: Fleet) -> None:
+    ns = namespace(fleet)
+    config, policy = str(KARMADA / "deps-configmap.yaml"), str(KARMADA / "deps-propagationpolicy.yaml")
+    frontend = str(KARMADA / "deps-deployment-frontend.yaml")
+    backend = str(KARMADA / "deps-deployment-backend.yaml")
+    fleet.kubectl("host", "apply", "-n", ns, "-f", config, "-f", frontend, "-f", backend, "-f",
+                  policy)
+
+    async def config_in_members(currency: str | None) -> dict[str, Any] | None:
+        found = {m: await fleet.get(m, "v1", "ConfigMap", "shop-config", ns) for m in MEMBERS}
+        if currency is None:
+            return found if all(o is None for o in found.values()) else None
+        ok = all(o is not None and o["data"] == {"currency": currency} for o in found.values())
+        return found if ok else None
+
+    before = await until(lambda: config_in_members("EUR"), "shop-config in both members")
+    # an edit on the hub reaches the members through events (this hub's resync is 15 min)
+    fleet.kubectl("host", "-n", ns, "patch", "configmap", "shop-config", "--type=merge", "-p",
+                  '{"data": {"currency": "CHF"}}')
+    edited = await until(lambda: config_in_members("CHF"), "the edit of shop-config in members")
+    assert {m: o["metadata"]["uid"] for m, o in edited.items()} == {
+        m: o["metadata"]["uid"] for m, o in before.items()}
+    # frontend goes: backend still mounts shop-config, which is never taken away meanwhile
+    fleet.kubectl("host", "delete", "-n", ns, "-f", frontend, DELETE_TIMEOUT)
+    assert set((await copies(fleet, ns, "frontend")).values()) == {None}
+    still = await config_in_members("CHF")
+    assert still is not None, "shop-config left the members while backend uses it"
+    assert {m: o["metadata"]["uid"] for m, o in still.items()} == {
+        m: o["metadata"]["uid"] for m, o in before.items()}
+    # the last workload using it goes: so does shop-config
+    fleet.kubectl("host", "delete", "-n", ns, "-f", backend, DELETE_TIMEOUT)
+    await until(lambda: config_in_members(None), "shop-config gone with its last user")
+    fleet.kubectl("host", "delete", "-n", ns, "-f", policy, "-f", config, DELETE_TIMEOUT)
+
+
 async def test_preserved_copies_become_the_members_own(fleet: Fleet) -> None:
     ns = namespace(fleet)
     files = ("-f", str(KARMADA / "preserve-configmap.yaml"), "-f",

@@ -56,10 +56,11 @@ from . import works as W
 from ._util import items, mapping, nested, thaw
 from .aggregation import aggregate_status
 from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
+from .dependencies import REQUIRES_ANNOTATION, encode_requires
+from .depsync import DependencySync
 from .finalizing import GVK, KindRecord, releasable
 from .karmada import compile_template, match_policy
 from .kubefed import ClusterResult, compile_federated, kubefed_status, within_namespace
-from .metadata import stamp, strip_server_fields
 from .metrics import HubMetrics
 from .model import ClusterInfo, PropagationPlan, ResourceRef, Taint
 from .registry import UNJOIN_ANNOTATION
@@ -608,6 +609,7 @@ class KarmadaController(_Base[TemplateKey]):
     # kinds whose templates carry (or carried) the finalizer, and their watch lifecycle
     record: KindRecord = field(init=False)
     kinds: Engine[GVK] = field(init=False)
+    depsync: DependencySync = field(init=False)
     # per template, what its last event showed apart from tether's own status annotation
     _seen: dict[TemplateKey, str] = field(default_factory=dict, init=False)
     _work_pending: set[TemplateKey] = field(default_factory=set, init=False)
@@ -624,8 +626,11 @@ class KarmadaController(_Base[TemplateKey]):
         }
         self.record = KindRecord(self.host, "karmada")
         self.kinds = Engine("karmada-kinds", self._reconcile_kind)
+        self.depsync = DependencySync(self.host, self.shared, self,
+                                      on_dependency=self._on_dependency)
         self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
         self.shared.work_handlers.append(self._on_work)
+        self.shared.work_handlers.append(self.depsync.on_work)
 
     async def run(self) -> None:
         try:
@@ -635,6 +640,8 @@ class KarmadaController(_Base[TemplateKey]):
                     group.create_task(informer.run())
                 group.create_task(self.engine.run())
                 group.create_task(self.kinds.run())
+                group.create_task(self.depsync.run())
+                group.create_task(self.depsync.run())
                 group.create_task(self._load_record())
                 group.create_task(self._resync())
         finally:
@@ -784,11 +791,12 @@ class KarmadaController(_Base[TemplateKey]):
         source = thaw(template)
         source.get("metadata", {}).get("annotations", {}).pop(STATUS_ANNOTATION, None)
         plan = compile_template(source, policy, overrides, self.shared.cluster_infos())
-        deps, missing = await self._dependencies(plan)
+        missing = await self.depsync.missing(plan.dependencies)
         if missing:
             plan = replace(plan, error_reason="DependencyNotFound",
-                           error_message="missing dependencies: " + ", ".join(missing))
-        desired = W.desired_works(plan, extra_manifests=deps, ensure_namespace=bool(namespace))
+                           error_message="missing dependencies: " + ", ".join(
+                               f"{d.kind} {d.namespace}/{d.name}" for d in missing))
+        desired = self._requiring(W.desired_works(plan, ensure_namespace=bool(namespace)), plan)
         await self.write_works(desired, existing, plan)
         await self._write_status(template, plan, self.shared.works_of(ref))
 
@@ -827,20 +835,25 @@ class KarmadaController(_Base[TemplateKey]):
         except NotFound:
             pass
 
-    async def _dependencies(self, plan: PropagationPlan) -> tuple[list[Obj], list[str]]:
-        found: list[Obj] = []
-        missing: list[str] = []
-        for dep in plan.dependencies:
-            try:
-                obj = await self.host.get(dep.api_version, dep.kind, dep.name, dep.namespace)
-            except NotFound:
-                missing.append(f"{dep.kind} {dep.namespace}/{dep.name}")
+    def _requiring(self, desired: list[W.DesiredWork], plan: PropagationPlan
+                   ) -> list[W.DesiredWork]:
+        """The template's Works, naming the dependencies they need (propagateDeps): those
+        travel in Works of their own (`depsync`), kept while any Work requires them."""
+        needs = encode_requires(plan.dependencies)
+        out = []
+        for work in desired:
+            current = self.shared.works.get(work.namespace, work.name)
+            if not needs and not nested(current, "metadata", "annotations", REQUIRES_ANNOTATION):
+                out.append(work)
                 continue
-            manifest = strip_server_fields(thaw(obj))
-            if dep.kind == "ServiceAccount":
-                manifest.pop("secrets", None)
-            found.append(stamp(manifest, "karmada", plan.source))
-        return found, missing
+            body = thaw(work.body)
+            body["metadata"]["annotations"][REQUIRES_ANNOTATION] = needs
+            out.append(replace(work, body=body))
+        return out
+
+    def _on_dependency(self, templates: Iterable[ResourceRef]) -> None:
+        for ref in templates:
+            self.engine.enqueue(_template_key(ref))
 
     async def _write_status(self, template: Obj, plan: PropagationPlan,
                             existing: list[Obj]) -> None:
