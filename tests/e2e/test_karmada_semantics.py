@@ -7,6 +7,7 @@ with kubectl, which waits until the object is gone (a finalizer left behind woul
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,6 +63,46 @@ async def gone_everywhere(fleet: Fleet, ns: str, members: tuple[str, ...] = MEMB
             None}
 
     await until(gone, "the template and every member copy gone")
+
+
+async def test_resource_binding_shows_the_scheduling_result(fleet: Fleet) -> None:
+    ns = namespace(fleet)
+    await propagate_nginx(fleet, ns)
+
+    def bindings() -> list[dict[str, Any]]:
+        out = fleet.kubectl("host", "get", "rb", "-n", ns, "-o", "json").stdout
+        return list(json.loads(out)["items"])
+
+    async def settled() -> dict[str, Any] | None:
+        found = bindings()
+        if len(found) != 1:
+            return None
+        status = found[0].get("status") or {}
+        conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        ready = [a for a in status.get("aggregatedStatus") or []
+                 if a.get("applied") and a.get("health") == "Healthy"
+                 and (a.get("status") or {}).get("readyReplicas") == 1]
+        return found[0] if conds == {"Scheduled": "True", "FullyApplied": "True"} and len(
+            ready) == 2 else None
+
+    rb = await until(settled, "the binding scheduled, fully applied, both members healthy")
+    assert rb["metadata"]["name"] == "nginx-deployment"
+    assert rb["spec"]["resource"]["kind"] == "Deployment"
+    assert rb["spec"]["resource"]["namespace"] == ns
+    assert rb["spec"]["replicas"] == 2
+    assert rb["spec"]["clusters"] == [{"name": "member1", "replicas": 1},
+                                      {"name": "member2", "replicas": 1}]
+    assert rb["spec"]["placement"]["clusterAffinity"]["clusterNames"] == ["member1", "member2"]
+    table = fleet.kubectl("host", "get", "rb", "-n", ns).stdout.split()
+    assert table[:4] == ["NAME", "SCHEDULED", "FULLYAPPLIED", "AGE"], table
+    assert table[4:7] == ["nginx-deployment", "True", "True"], table
+    fleet.kubectl("host", "delete", "-n", ns, "-f", DEPLOY, "-f", POLICY, DELETE_TIMEOUT)
+    await gone_everywhere(fleet, ns)
+
+    async def no_binding() -> bool:
+        return not bindings()
+
+    await until(no_binding, "the binding gone with its template")
 
 
 async def test_template_then_policy(fleet: Fleet) -> None:

@@ -55,6 +55,7 @@ from tether.objects.times import rfc3339
 from . import works as W
 from ._util import items, mapping, nested, thaw
 from .aggregation import aggregate_status
+from .bindings import BindingViews
 from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
 from .dependencies import REQUIRES_ANNOTATION, encode_requires
 from .depsync import DependencySync
@@ -610,6 +611,7 @@ class KarmadaController(_Base[TemplateKey]):
     record: KindRecord = field(init=False)
     kinds: Engine[GVK] = field(init=False)
     depsync: DependencySync = field(init=False)
+    bindings: BindingViews = field(init=False)
     # per template, what its last event showed apart from tether's own status annotation
     _seen: dict[TemplateKey, str] = field(default_factory=dict, init=False)
     _work_pending: set[TemplateKey] = field(default_factory=set, init=False)
@@ -628,6 +630,9 @@ class KarmadaController(_Base[TemplateKey]):
         self.kinds = Engine("karmada-kinds", self._reconcile_kind)
         self.depsync = DependencySync(self.host, self.shared, self,
                                       on_dependency=self._on_dependency)
+        self.bindings = BindingViews(self.host, template_of=self._template,
+                                     policy_of=self._policy_for, works_of=self.shared.works_of,
+                                     report_of=_report, now=lambda: rfc3339(time.time()))
         self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
         self.shared.work_handlers.append(self._on_work)
         self.shared.work_handlers.append(self.depsync.on_work)
@@ -641,7 +646,9 @@ class KarmadaController(_Base[TemplateKey]):
                 group.create_task(self.engine.run())
                 group.create_task(self.kinds.run())
                 group.create_task(self.depsync.run())
+                group.create_task(self.bindings.run())
                 group.create_task(self.depsync.run())
+                group.create_task(self.bindings.run())
                 group.create_task(self._load_record())
                 group.create_task(self._resync())
         finally:
@@ -761,8 +768,13 @@ class KarmadaController(_Base[TemplateKey]):
         entry = self.templates.get((key[0], key[1]))
         return entry[0].get(key[2], key[3]) if entry is not None else None
 
+    def _policy_for(self, template: Obj) -> Mapping[str, Any] | None:
+        return match_policy(template, [*self.policies["PropagationPolicy"].list(),
+                                       *self.policies["ClusterPropagationPolicy"].list()])
+
     async def reconcile(self, key: TemplateKey) -> None:
         self._work_pending.discard(key)
+        self.bindings.enqueue(key)
         api_version, kind, namespace, name = key
         ref = ResourceRef(api_version, kind, namespace, name)
         existing = self.shared.works_of(ref)
