@@ -207,7 +207,7 @@ async def test_preserved_copies_become_the_members_own(fleet: Fleet) -> None:
         kept = await fleet.get(member, "v1", "ConfigMap", "settings", ns)
         assert kept is not None and kept["data"] == {"mode": "production"}, member
         meta = kept["metadata"]
-        assert "app.kubernetes.io/managed-by" not in (meta.get("labels") or {}), meta
+        assert "app.kubernetes.io/managed-by" not in (meta.get("labels") or {}), json.dumps(kept)
         assert not any(k.startswith(("tether.io/", "work.tether.io/"))
                        for k in meta.get("annotations") or {}), meta
     # an unjoin deletes what tether propagated, and no longer counts these among it
