@@ -36,7 +36,7 @@ from .model import ResourceRef
 
 BINDING_API_VERSION = f"{KARMADA_WORK_GROUP}/v1alpha2"
 FIELD_MANAGER = "tether-bindings"
-BINDING_DELAY_S = 0.5
+BINDING_DELAY_S = 1.0
 SCHEDULED, FULLY_APPLIED = "Scheduled", "FullyApplied"
 
 TemplateKey = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
