@@ -774,13 +774,13 @@ class KarmadaController(_Base[TemplateKey]):
 
     async def reconcile(self, key: TemplateKey) -> None:
         self._work_pending.discard(key)
-        self.bindings.enqueue(key)
         api_version, kind, namespace, name = key
         ref = ResourceRef(api_version, kind, namespace, name)
         existing = self.shared.works_of(ref)
         template = self._template(key)
         if namespace in SKIPPED_NAMESPACES or namespace.startswith("tether-"):
             return
+        self.bindings.enqueue(key)
         if template is None:
             for work in existing:
                 await self.delete_work(work)
