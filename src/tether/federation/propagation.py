@@ -523,6 +523,8 @@ class KubeFedController(_Base[FedKey]):
         fed_type = self.types.get(kind)
         if fed_type is None:
             return
+        if not fed_type.informer.synced and not _type_gone(fed_type.informer):
+            raise RequeueAfter(0.5)  # not listed yet: absent from the cache is not deleted
         fed = fed_type.informer.get(namespace, name)
         ref = ResourceRef(fed_type.api_version, kind, namespace, name)
         existing = self.shared.works_of(ref)
@@ -776,10 +778,16 @@ class KarmadaController(_Base[TemplateKey]):
         self._work_pending.discard(key)
         api_version, kind, namespace, name = key
         ref = ResourceRef(api_version, kind, namespace, name)
-        existing = self.shared.works_of(ref)
-        template = self._template(key)
         if namespace in SKIPPED_NAMESPACES or namespace.startswith("tether-"):
             return
+        entry = self.templates.get((api_version, kind))
+        if entry is None or (not entry[0].synced and not _type_gone(entry[0])):
+            # not listed yet (or not watched: Works of the kind start its watch): a template
+            # missing from the cache is not a deleted one
+            self._watch((api_version, kind))
+            raise RequeueAfter(0.5)
+        existing = self.shared.works_of(ref)
+        template = entry[0].get(namespace, name)
         self.bindings.enqueue(key)
         if template is None:
             for work in existing:
