@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from ._util import items, mapping, nested, string_map
 from .crds import CLUSTER_API_VERSION, KUBEFED_CORE_GROUP
 from .health import HUB_NAMESPACE, REASON_NOT_REACHABLE
 
+log = logging.getLogger(__name__)
 KFC_API_VERSION = f"{KUBEFED_CORE_GROUP}/v1beta1"
 VIEW_OF_ANNOTATION = "cluster.tether.io/view-of"
 SYNCED_LABELS_ANNOTATION = "cluster.tether.io/synced-labels"
@@ -131,6 +133,7 @@ class KubeFedClusterViews:
     namespace: str = HUB_NAMESPACE
     views: Informer = field(init=False)
     engine: Engine[str] = field(init=False)
+    _told: bool = False
 
     def __post_init__(self) -> None:
         self.views = Informer(self.host, KFC_API_VERSION, "KubeFedCluster", self.namespace,
@@ -174,12 +177,19 @@ class KubeFedClusterViews:
         spec = view_spec(cluster)
         synced_text = json.dumps(merged, sort_keys=True, separators=(",", ":"))
         if view is None:
-            view = await self.host.create(
-                {"apiVersion": KFC_API_VERSION, "kind": "KubeFedCluster",
-                 "metadata": {"name": name, "namespace": self.namespace, "labels": merged,
-                              "annotations": {VIEW_OF_ANNOTATION: name,
-                                              SYNCED_LABELS_ANNOTATION: synced_text}},
-                 "spec": spec}, field_manager=FIELD_MANAGER)
+            try:
+                view = await self.host.create(
+                    {"apiVersion": KFC_API_VERSION, "kind": "KubeFedCluster",
+                     "metadata": {"name": name, "namespace": self.namespace, "labels": merged,
+                                  "annotations": {VIEW_OF_ANNOTATION: name,
+                                                  SYNCED_LABELS_ANNOTATION: synced_text}},
+                     "spec": spec}, field_manager=FIELD_MANAGER)
+            except NotFound as exc:  # a hub installed before the type: no views
+                if not self._told:
+                    self._told = True
+                    log.warning("no KubeFedCluster views (%s); run `tether hub install` to add "
+                                "the type", exc.message)
+                return
         else:
             annotations = string_map(nested(view, "metadata", "annotations"))
             patch: dict[str, Any] = {}
