@@ -19,6 +19,14 @@ controllers): then only the annotation `tether.io/propagation-status` is written
 carries the `Propagated` condition (naming every failed cluster and why), the per-cluster result
 and the aggregated status. Namespaced templates get their namespace created in members.
 
+Deletions never hang (see `finalizing`): a kind is watched while anything of it holds the
+finalizer or has Works, whether or not a policy or an enabled FTC still selects it. A Karmada
+template no policy selects any more keeps its Works (copies stay in the members, no longer
+updated) until it is deleted, as Karmada keeps its binding; a KubeFed type whose propagation is
+disabled is no longer propagated, but deleting one of its objects still removes its copies.
+Alongside, the Karmada side writes each claimed template's ResourceBinding view (`bindings`)
+and propagates dependencies in Works of their own (`depsync`).
+
 Writes are kept to what changed: Works are applied (and deleted) concurrently, at most
 `WORK_WRITES` at a time; a new Work for a push member is created with the executor's finalizer
 already on it; a template is reconciled again shortly after its Works change (their events
@@ -647,8 +655,6 @@ class KarmadaController(_Base[TemplateKey]):
                     group.create_task(informer.run())
                 group.create_task(self.engine.run())
                 group.create_task(self.kinds.run())
-                group.create_task(self.depsync.run())
-                group.create_task(self.bindings.run())
                 group.create_task(self.depsync.run())
                 group.create_task(self.bindings.run())
                 group.create_task(self._load_record())
