@@ -92,7 +92,7 @@ def test_without_kubeconfig_the_home_file_is_read(env: Path) -> None:
 
 def test_no_file_at_all_names_what_was_tried(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(env / "x.yaml"))
-    with pytest.raises(KubeconfigError, match="none of .*x.yaml exists"):
+    with pytest.raises(KubeconfigError, match=r"none of .*x\.yaml exists"):
         load_kubeconfig()
 
 
