@@ -12,6 +12,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tether.cli.options import (
+    DataDir,
+    HubContext,
+    HubContextAlias,
+    HubKubeconfig,
+    HubKubeconfigAlias,
+    pick,
+    state_root,
+)
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
 
@@ -22,13 +31,16 @@ console = Console(soft_wrap=True)
 
 @app.command()
 def install(
-    context: Annotated[str | None, typer.Option("--context", help="Host cluster context [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Host kubeconfig "
-                                                    "[default: $KUBECONFIG or ~/.kube/config]")] = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """Install the hub's namespace and CRDs, and enable KubeFed's default federated types."""
     from tether.federation import install as hub_install
 
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     async def run() -> int:
         async with KubeClient.from_kubeconfig(kubeconfig, context) as client:
             steps = await hub_install.install(client, report=lambda step: typer.echo(str(step)))
@@ -46,9 +58,10 @@ def install(
 
 @app.command()
 def run(
-    context: Annotated[str | None, typer.Option("--context", help="Host cluster context [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Host kubeconfig "
-                                                    "[default: $KUBECONFIG or ~/.kube/config]")] = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 for /healthz, /readyz, /metrics "
                                       "(0 picks a free one)")] = 8443,
     health_port: Annotated[int | None, typer.Option("--health-port", help="Extra port serving the same "
@@ -80,8 +93,7 @@ def run(
         "--allowed-destinations", help="Let the tunnel's CONNECT listener reach these too, for any "
         "caller holding a cluster's proxy token (comma-separated, repeatable: CIDR, IP, host, "
         "*.suffix, each optionally :PORT) [default: only each pull member's API endpoint]")] = None,
-    data_dir: Annotated[Path | None, typer.Option(
-        "--data-dir", help="Hub state (tunnel certificates) [default: ~/.local/share/tether/hub]")] = None,
+    data_dir: DataDir = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
 ) -> None:
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
@@ -91,6 +103,8 @@ def run(
     from tether.federation.health import HealthTimers
     from tether.tunnel.destinations import DestinationError, parse_patterns
 
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     try:
         parse_patterns(allowed_destinations or ())
     except DestinationError as exc:
@@ -113,7 +127,7 @@ def run(
                                tunnel_bind_address=tunnel_bind_address,
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
                                tunnel_allowed_destinations=tuple(allowed_destinations or ()),
-                               data_dir=data_dir)
+                               data_dir=state_root(data_dir) / "hub")
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
     except (KubeError, KubeconfigError, OSError) as exc:

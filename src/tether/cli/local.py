@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tether.cli.options import DataDir
+from tether.kube.config import default_kubeconfig_path
 from tether.local import kubeconfig, netns, network, supervisor
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.local.supervisor import DEFAULT_UNAUTHENTICATED
@@ -20,12 +22,10 @@ app = typer.Typer(help="Embedded local clusters: the default target of `tether d
                   no_args_is_help=True)
 console = Console()
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Where clusters keep their state "
-                                              "[default: $TETHER_LOCAL_DIR or ~/.local/share/tether/local]")]
-
-
 def _layout(data_dir: Path | None) -> supervisor.Layout:
-    return supervisor.Layout((data_dir or supervisor.default_data_dir()).expanduser().resolve())
+    """The clusters' files sit at the root of tether's state (`--data-dir`)."""
+    return supervisor.Layout(data_dir.expanduser().resolve() if data_dir else
+                             supervisor.default_data_dir().expanduser().resolve())
 
 
 def _pki(layout: supervisor.Layout, name: str) -> ClusterPki:
@@ -160,7 +160,9 @@ def status(data_dir: DataDir = None) -> None:
 @app.command("kubeconfig")
 def kubeconfig_path(
     data_dir: DataDir = None,
-    merge: Annotated[bool, typer.Option("--merge", help="Also add the contexts to ~/.kube/config")] = False,
+    merge: Annotated[bool, typer.Option("--merge", help="Also add the contexts to the kubeconfig kubectl "
+                                        "writes to (the first existing file of $KUBECONFIG, else "
+                                        "~/.kube/config)")] = False,
 ) -> None:
     """Print the path of a kubeconfig with one context per local cluster."""
     layout = _layout(data_dir)
@@ -168,7 +170,7 @@ def kubeconfig_path(
         console.print("no kubeconfig yet: start clusters with `tether local up`", style="red")
         raise typer.Exit(1)
     if merge:
-        target = Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
+        target = default_kubeconfig_path()
         kubeconfig.merge_into(target, layout.kubeconfig)
         console.print(f"merged into {target}", style="green")
     typer.echo(str(layout.kubeconfig))
