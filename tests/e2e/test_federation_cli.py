@@ -197,6 +197,19 @@ def test_federate_a_deployment(fleet: Fleet) -> None:
     assert fleet.exists("hub", "-n", NS, "federateddeployment", "web")
 
 
+def test_federate_into_a_namespace_that_is_not_federated_says_how(fleet: Fleet) -> None:
+    fleet.kubectl("hub", "create", "namespace", "fedcli-plain")
+    fleet.kubectl("hub", "-n", "fedcli-plain", "create", "configmap", "lonely")
+    result = fleet.hub("federate", "configmap/lonely", "-n", "fedcli-plain")
+    assert result.returncode == 0, result.stderr
+    assert "federatedconfigmap.types.kubefed.io/fedcli-plain/lonely created" in result.stdout
+    assert "namespace 'fedcli-plain' is not federated" in result.stderr
+    assert "`tether federate namespace/fedcli-plain`" in result.stderr
+    ok(fleet.hub("federate", "namespace/fedcli-plain"))
+    again = fleet.hub("federate", "configmap/lonely", "-n", "fedcli-plain")
+    assert again.returncode == 0 and "not federated" not in again.stderr
+
+
 def test_federate_namespace_contents(fleet: Fleet) -> None:
     fleet.kubectl("hub", "create", "namespace", "fedcli-contents")
     fleet.kubectl("hub", "-n", "fedcli-contents", "create", "configmap", "one", "--from-literal=a=1")

@@ -186,6 +186,11 @@ def federate(
         for item in items:
             outcome = await federating.create(host, item)
             typer.echo(f"{item.ref} {outcome} (from {item.source_ref})")
+        for unplaced in await federating.unfederated_namespaces(host, items):
+            err_console.print(
+                f"[yellow]warning:[/yellow] namespace {unplaced!r} is not federated, so this "
+                f"propagates to no cluster until it is: `tether federate namespace/{unplaced}` "
+                f"(add --contents to federate what it holds too)", highlight=False)
         return ""
 
     text = _run(kubeconfig, context, context_alias, kubeconfig_alias, body)

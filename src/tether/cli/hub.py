@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +29,19 @@ from tether.kube.config import KubeconfigError
 app = typer.Typer(help="The federation hub: CRDs, namespace and controllers in a host cluster.",
                   no_args_is_help=True)
 console = Console(soft_wrap=True)
+
+
+def port_in_use(exc: OSError, ports: dict[str, int | None]) -> str | None:
+    """For a listener that could not bind: which port, which flag sets it, and the way out."""
+    if exc.errno != errno.EADDRINUSE:
+        return None
+    found = re.search(r"(\d+)\)?: ", str(exc)) or re.search(r":(\d+)\b", str(exc))
+    port = int(found.group(1)) if found else None
+    flag = next((name for name, value in ports.items() if value and value == port), None)
+    what = f"port {port}" if port else "a port"
+    fix = (f"pass {flag} 0 to pick a free one, or another port with {flag}" if flag
+           else "pass 0 for the port flags to pick free ones")
+    return f"{what} on 127.0.0.1 is already in use (another `tether hub run`?): {fix}"
 
 
 @app.command()
@@ -128,9 +143,14 @@ def run(
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
                                tunnel_allowed_destinations=tuple(allowed_destinations or ()),
                                data_dir=state_root(data_dir) / "hub")
+    ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
+             "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
-    except (KubeError, KubeconfigError, OSError) as exc:
+    except OSError as exc:
+        console.print(f"[red]error:[/red] {port_in_use(exc, ports) or exc}", highlight=False)
+        code = 1
+    except (KubeError, KubeconfigError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         code = 1
     # The hub's own shutdown is bounded (`shutdown_s`); what is left can only be a thread of the

@@ -116,13 +116,35 @@ def _check_network_mode(layout: supervisor.Layout, names: list[str], netns_flag:
         try:
             mode = network.choose_mode(layout.clusters / cluster_name, netns_flag)
         except network.NetworkError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            kept = network.persisted_mode(layout.clusters / cluster_name)
+            message = mode_conflict(layout.root, cluster_name, kept) if kept else str(exc)
+            console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         wants_netns = wants_netns or mode == network.NETNS
+    if wants_netns and hasattr(os, "geteuid") and os.geteuid() != 0:
+        console.print(f"[red]error:[/red] {NEEDS_ROOT}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     reason = netns.unavailable_reason() if wants_netns else None
     if reason is not None:
-        console.print(f"[red]error:[/red] {reason}")
+        console.print(f"[red]error:[/red] {reason}", highlight=False)
         raise typer.Exit(2)
+
+
+NEEDS_ROOT = ("--netns creates network namespaces and needs root: run it as root, e.g. "
+              "`sudo env \"PATH=$PATH\" tether local up --netns` (sudo's own PATH does not hold this "
+              "virtualenv), or leave out --netns for the rootless 127.0.0.0/8 address plan")
+
+
+def mode_conflict(root: Path, cluster: str, kept: str) -> str:
+    """Why a kept cluster cannot change its network mode, and the three ways on."""
+    made = "with --netns" if kept == network.NETNS else "rootless (without --netns)"
+    same = "tether local up" + (" --netns" if kept == network.NETNS else "") + f" --data-dir {root}"
+    other = "" if kept == network.NETNS else " --netns"
+    return (f"cluster {cluster} in {root} was made {made}; its Services and pods hold addresses "
+            f"of that mode, so it cannot change mode. Either\n"
+            f"  start it as it was:                 {same}\n"
+            f"  use a data dir of its own:          tether local up{other} --data-dir {root}-{'netns' if other else 'rootless'}\n"
+            f"  or drop its state and start afresh: rm -r {root / 'clusters' / cluster}")
 
 
 @app.command()

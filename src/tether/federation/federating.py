@@ -187,6 +187,21 @@ async def create(host: KubeClient, federated: Federated) -> str:
     return apply_outcome(before, after)
 
 
+async def unfederated_namespaces(host: KubeClient, items: Sequence[Federated]) -> list[str]:
+    """The namespaces of `items` that have no FederatedNamespace (KubeFed propagates a namespaced
+    Federated object only into clusters its namespace is placed in), leaving out namespaces
+    federated by `items` themselves."""
+    wanted = sorted({str(f.obj["metadata"]["namespace"]) for f in items
+                     if f.obj["metadata"].get("namespace") and f.target.kind != "Namespace"})
+    if not wanted:
+        return []
+    made = {str(f.obj["metadata"]["name"]) for f in items if f.target.kind == "Namespace"}
+    ftc = await host.get_or_none(FTC_API_VERSION, "FederatedTypeConfig", "namespaces", HUB_NAMESPACE)
+    api_version, kind = ftc_federated_api(ftc) or ("types.kubefed.io/v1beta1", "FederatedNamespace")
+    return [ns for ns in wanted if ns not in made
+            and await host.get_or_none(api_version, kind, ns, ns) is None]
+
+
 async def type_config(host: KubeClient, target: ApiType, namespace: str = HUB_NAMESPACE) -> Obj | None:
     try:
         return await host.get(FTC_API_VERSION, "FederatedTypeConfig", target.qualified_name, namespace)
