@@ -225,6 +225,7 @@ def test_federate_namespace_contents(fleet: Fleet) -> None:
     assert "skipped 1 roles.rbac.authorization.k8s.io" in out.stderr
     assert "federatedreplicaset" not in out.stdout and "pods/" not in out.stdout
     assert "kube-root-ca.crt" not in out.stdout and "serviceaccount" not in out.stdout
+    assert "metrics.k8s.io" not in out.stderr  # PodMetrics cannot be created: not content
     # --enable-type enables what is missing first.
     out = fleet.hub("federate", "role/reader", "-n", "fedcli-contents", "--enable-type")
     assert out.returncode == 0, out.stdout + out.stderr

@@ -138,7 +138,8 @@ async def namespace_contents(host: KubeClient, namespace: str, *, enabled: Mappi
     """What to federate in `namespace`: objects of enabled types (and of types `include_types`
     accepts), skipping controller-made objects; objects of other types are counted."""
     types = [t for t in await discover_types(host)
-             if t.namespaced and {"list", "get"} <= t.verbs and t.group != "extensions"
+             # a type nobody can create (metrics.k8s.io's PodMetrics) cannot be propagated
+             if t.namespaced and {"list", "get", "create"} <= t.verbs and t.group != "extensions"
              and t.qualified_name not in CONTROLLER_MADE
              and not (t.group == federated_group and t.kind.startswith("Federated"))
              and t.group not in ("cluster.tether.io", "work.tether.io", "core.kubefed.io",
