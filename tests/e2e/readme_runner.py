@@ -206,8 +206,7 @@ def substitute(code: str, transcript: str) -> str:
     for name, (_, compute) in PLACEHOLDERS.items():
         pattern = re.compile(rf"(?<![\w$-]){re.escape(name)}(?![\w-])")
         if pattern.search(code):
-            value = compute(code, transcript)
-            code = pattern.sub(lambda _match: value, code)
+            code = pattern.sub(compute(code, transcript).replace("\\", "\\\\"), code)
     return code
 
 
