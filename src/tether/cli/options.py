@@ -22,16 +22,16 @@ from tether.net import daemon
 T = TypeVar("T")
 Opt = typer.Option
 
-KUBECONFIG_HELP = "[default: every file of $KUBECONFIG, merged as kubectl does, else ~/.kube/config]"
+KUBECONFIG_HELP = "(default: every file of $KUBECONFIG, merged as kubectl does, else ~/.kube/config)"
 
 # one cluster, whichever it is
-Context = Annotated[str | None, Opt("--context", help="Context in the kubeconfig [default: the current "
-                                    "context]")]
+Context = Annotated[str | None, Opt("--context", help="Context in the kubeconfig (default: the current "
+                                    "context)")]
 Kubeconfig = Annotated[Path | None, Opt("--kubeconfig", help=f"Kubeconfig file {KUBECONFIG_HELP}")]
 
 # one cluster: the hub
 HubContext = Annotated[str | None, Opt("--context", help="The hub's context in the kubeconfig "
-                                       "[default: the current context]")]
+                                       "(default: the current context)")]
 HubKubeconfig = Annotated[Path | None, Opt("--kubeconfig", help=f"Kubeconfig file {KUBECONFIG_HELP}")]
 HubContextAlias = Annotated[str | None, Opt("--host-context", "--host-cluster-context",
                                             "--karmada-context", hidden=True)]
@@ -39,7 +39,7 @@ HubKubeconfigAlias = Annotated[Path | None, Opt("--host-kubeconfig", hidden=True
 
 # one cluster: the member a command runs for
 MemberContext = Annotated[str | None, Opt("--context", help="The member's context in the kubeconfig "
-                                          "[default: the current context]")]
+                                          "(default: the current context)")]
 MemberKubeconfig = Annotated[Path | None, Opt("--kubeconfig", help=f"Kubeconfig file {KUBECONFIG_HELP}")]
 MemberContextAlias = Annotated[str | None, Opt("--member-context", "--cluster-context", hidden=True)]
 MemberKubeconfigAlias = Annotated[Path | None, Opt("--member-kubeconfig", "--cluster-kubeconfig",
@@ -47,15 +47,15 @@ MemberKubeconfigAlias = Annotated[Path | None, Opt("--member-kubeconfig", "--clu
 
 # two clusters: the hub (host) and a member
 HostContext = Annotated[str | None, Opt("--host-context", help="The hub's context in the kubeconfig "
-                                        "[default: the current context]")]
+                                        "(default: the current context)")]
 HostKubeconfig = Annotated[Path | None, Opt("--host-kubeconfig", help=f"The hub's kubeconfig {KUBECONFIG_HELP}")]
 HostContextAlias = Annotated[str | None, Opt("--host-cluster-context", "--karmada-context", hidden=True)]
 HostKubeconfigAlias = Annotated[Path | None, Opt("--kubeconfig", hidden=True)]
 ClusterKubeconfig = Annotated[Path | None, Opt("--cluster-kubeconfig", help="The member's kubeconfig "
-                                               "[default: the hub's]")]
+                                               "(default: the hub's)")]
 
-DataDir = Annotated[Path | None, Opt("--data-dir", help="Root of tether's state [default: $TETHER_HOME, "
-                                     "else $XDG_DATA_HOME/tether, i.e. ~/.local/share/tether]")]
+DataDir = Annotated[Path | None, Opt("--data-dir", help="Root of tether's state (default: $TETHER_HOME, "
+                                     "else $XDG_DATA_HOME/tether, i.e. ~/.local/share/tether)")]
 
 
 def pick(value: T | None, alias: T | None, name: str) -> T | None:
