@@ -16,14 +16,16 @@ pytestmark = pytest.mark.e2e
 _root = root_conftest()
 Clusters = Any
 
-# The Calico seed's rack layout: pods on rack=0 nodes from 192.168.0.0/24, rack=1 from 192.168.1.0/24.
+# The Calico seed's rack layout (pods on rack=0 nodes from one /24, rack=1 from the next), in the
+# part of the cluster's pod range no node's podCIDR uses: a rootless cluster keeps only loopback
+# addresses on this machine, so it refuses the seed's own 192.168.0.0/24 and 192.168.1.0/24.
 RACK_POOLS = """
 apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata:
   name: rack-0-ippool
 spec:
-  cidr: 192.168.0.0/24
+  cidr: 127.{octet}.252.0/24
   ipipMode: Always
   natOutgoing: true
   nodeSelector: rack == "0"
@@ -33,7 +35,7 @@ kind: IPPool
 metadata:
   name: rack-1-ippool
 spec:
-  cidr: 192.168.1.0/24
+  cidr: 127.{octet}.253.0/24
   ipipMode: Always
   natOutgoing: true
   nodeSelector: rack == "1"
@@ -114,15 +116,16 @@ def test_lease_is_renewed(c1: Clusters) -> None:
 def test_rack_pools_and_node_selectors(c1: Clusters, ns: str) -> None:
     for i in range(4):
         c1.kubectl("label", "nodes", f"c1-node-{i}", f"rack={i // 2}", "--overwrite")
-    c1.kubectl("apply", "-f", "-", input=RACK_POOLS)
+    octet = _pods_octet(c1)
+    c1.kubectl("apply", "-f", "-", input=RACK_POOLS.format(octet=octet))
     table = c1.kubectl("get", "ippool", "-o", "wide").stdout.splitlines()
     assert table[0].split() == ["NAME", "CIDR", "NAT", "IPIPMODE", "VXLANMODE", "DISABLED", "SELECTOR"]
-    assert table[1].split() == ["rack-0-ippool", "192.168.0.0/24", "true", "Always", "Never", "false",
+    assert table[1].split() == ["rack-0-ippool", f"127.{octet}.252.0/24", "true", "Always", "Never", "false",
                                 "rack", "==", '"0"']
-    # calico-apiserver would refuse a pool overlapping the racks' ones, like the default /16.
+    # calico-apiserver would refuse a pool overlapping the racks' ones, like a /22 around them.
     overlap = c1.kubectl("create", "-f", "-", check=False, input=manifest({
         "apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "default-ipv4-ippool"},
-        "spec": {"cidr": "192.168.0.0/16"}}))
+        "spec": {"cidr": f"127.{octet}.252.0/22"}}))
     assert overlap.returncode != 0 and "overlaps with IPPool(rack-0-ippool)" in overlap.stderr
     for rack in ("0", "1"):
         for n in range(3):
@@ -138,6 +141,26 @@ def test_rack_pools_and_node_selectors(c1: Clusters, ns: str) -> None:
         assert placed == {f"c1-node-{2 * int(rack)}", f"c1-node-{2 * int(rack) + 1}"}
     # A user's labels outlive the node manager's own updates.
     assert c1.kubectl_json("get", "node", "c1-node-3")["metadata"]["labels"]["rack"] == "1"
+
+
+def test_rootless_cluster_refuses_a_pool_it_cannot_keep_local(c1: Clusters) -> None:
+    # The seed's own pool: its addresses would have no route on this machine but the default one.
+    refused = c1.kubectl("apply", "-f", "-", check=False, input=manifest({
+        "apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "seed-rack-0"},
+        "spec": {"cidr": "192.168.0.0/24", "nodeSelector": 'rack == "0"'}}))
+    assert refused.returncode != 0
+    assert 'The IPPool "seed-rack-0" is invalid: spec.cidr: Invalid value: "192.168.0.0/24"' in refused.stderr, \
+        refused.stderr
+    assert "IPPool seed-rack-0 (192.168.0.0/24) is outside 127.0.0.0/8" in refused.stderr
+    assert f"127.{_pods_octet(c1)}.252.0/22" in refused.stderr and "--netns" in refused.stderr
+    assert c1.kubectl("get", "ippool", "seed-rack-0", check=False).returncode != 0
+    # A disabled pool only declares address space (a remote cluster's, as Semaphore-WireGuard
+    # does): nothing is given from it, so nothing can leave.
+    name = unique("remote-pods")
+    c1.kubectl("create", "-f", "-", input=manifest({"apiVersion": "projectcalico.org/v3", "kind": "IPPool",
+                                                   "metadata": {"name": name},
+                                                   "spec": {"cidr": "10.4.0.0/16", "disabled": True}}))
+    c1.kubectl("delete", "ippool", name)
 
 
 def test_untolerated_taint_keeps_pod_pending(c1: Clusters, ns: str) -> None:

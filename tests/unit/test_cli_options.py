@@ -46,6 +46,7 @@ LEGACY = {
     "logs": {"--host-context", "--host-kubeconfig", "--kubeconfig"},
     "exec": {"--host-context", "--host-kubeconfig", "--kubeconfig"},
     "whoami": {"--context", "--kubeconfig"},
+    "rebalance": {"--context", "--host-context", "--kubeconfig"},
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tether.net import http1
 from tether.net.http1 import (
     CHUNKED,
     FIXED,
@@ -131,3 +132,40 @@ def test_what_a_client_writes() -> None:
         b"CONNECT [::1]:6443 HTTP/1.1\r\nHost: [::1]:6443\r\nAgent-Id: a\r\n\r\n")
     with pytest.raises(ValueError):
         encode_connect("h:1", [("X", "a\r\nInjected: b")])
+
+
+def _read_exactly(decoder: http1.BodyDecoder, stream: bytes) -> tuple[bytes, bytes]:
+    """What a server reading the way `wants` says gets: the body, and the untouched rest."""
+    buffer = bytearray()
+    rest = stream
+    while want := decoder.wants():
+        end = rest.index(b"\r\n") + 2 if want == http1.LINE else want
+        buffer += rest[:end]
+        rest = rest[end:]
+        decoder.feed(buffer)
+        assert not buffer  # everything read was the body's
+    return bytes(decoder.body), rest
+
+
+@pytest.mark.parametrize(("framing", "length", "wire"), [
+    (http1.FIXED, 5, b"hello"),
+    (http1.CHUNKED, 0, b"5\r\nhello\r\n0\r\n\r\n"),
+    (http1.CHUNKED, 0, b"2;ext=1\r\nhe\r\n3\r\nllo\r\n0\r\nTrailer: x\r\n\r\n"),
+])
+def test_a_server_reading_what_the_decoder_wants_never_reads_into_the_next_request(
+        framing: int, length: int, wire: bytes) -> None:
+    following = b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n"
+    body, rest = _read_exactly(http1.BodyDecoder(framing, length), wire + following)
+    assert body == b"hello"
+    assert rest == following
+
+
+def test_a_huge_chunk_size_is_read_in_bounded_pieces_and_refused_at_the_limit() -> None:
+    decoder = http1.BodyDecoder(http1.CHUNKED, limit=100_000)
+    buffer = bytearray(b"ffffffffff\r\n")
+    decoder.feed(buffer)
+    assert 0 < decoder.wants() <= 64 * 1024
+    with pytest.raises(http1.BodyTooLarge):
+        for _ in range(3):
+            buffer += b"x" * decoder.wants()
+            decoder.feed(buffer)

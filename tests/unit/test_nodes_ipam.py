@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tether.local.network import ClusterNetwork
 from tether.local.nodes import ippool_crd
 from tether.local.nodes.ipam import (
     IPPOOLS,
@@ -239,3 +240,45 @@ def test_ippool_validation() -> None:
     overlap = ippool_crd.ippool_causes(pool("default-ipv4-ippool", "192.168.0.0/16"), SEED_POOLS)
     assert overlap[0].message.startswith(
         "IPPool(default-ipv4-ippool) CIDR overlaps with IPPool(rack-0-ippool) CIDR 192.168.0.0/24")
+
+
+# a rootless cluster keeps only loopback addresses --------------------------------------------
+
+
+ROOTLESS = ClusterNetwork.rootless(0)
+
+
+def test_rootless_refuses_a_pool_outside_loopback() -> None:
+    causes = ippool_crd.ippool_causes(SEED_POOLS[0], [], ROOTLESS)
+    assert [c.field for c in causes] == ["spec.cidr"]
+    message = causes[0].message
+    assert message.startswith('Invalid value: "192.168.0.0/24": IPPool rack-0-ippool (192.168.0.0/24) is outside '
+                              "127.0.0.0/8")
+    assert "127.16.252.0/22" in message and "sudo tether local up --netns" in message
+    # loopback pools, pools nothing is given from, IPv6 pools (never used) and netns clusters pass
+    ok = [pool("p", "127.16.252.0/24"), pool("p", "10.4.0.0/16", disabled=True),
+          pool("p", "10.4.0.0/16", allowedUses=["Tunnel"]), pool("p", "fd00::/64")]
+    assert [ippool_crd.ippool_causes(p, [], ROOTLESS) for p in ok] == [[], [], [], []]
+    assert ippool_crd.ippool_causes(SEED_POOLS[0], [], ClusterNetwork.netns(0)) == []
+    assert ippool_crd.ippool_causes(SEED_POOLS[0], []) == []  # no network: Calico's checks only
+
+
+def test_rootless_gives_no_address_outside_loopback() -> None:
+    pools = [pool_from_object(p) for p in SEED_POOLS]
+    source = address_source(RACK0, pools, ROOTLESS)
+    assert not source.ranges and "IPPool rack-0-ippool (192.168.0.0/24) is outside 127.0.0.0/8" in source.problem
+    assert address_source(RACK0, pools, ClusterNetwork.netns(0)).ranges  # netns: routed locally
+    assert address_source(RACK0, pools).ranges
+    stray = node("user-node", cidr="10.244.0.0/24")
+    problem = address_source(stray, [], ROOTLESS).problem
+    assert problem.startswith('node "user-node" has podCIDR 10.244.0.0/24 outside 127.0.0.0/8')
+    assert "leave spec.podCIDR unset" in problem and "--netns" in problem
+    assert address_source(RACK0, [], ROOTLESS).ranges  # its podCIDR is loopback
+
+
+def test_rootless_allocation_reports_the_pool(store: Store) -> None:
+    """A pool stored before the check existed: the pod gets no address and the kubelet's Event
+    (FailedCreatePodSandBox) carries the reason."""
+    add_pools(store, SEED_POOLS[0])
+    with pytest.raises(NoAddress, match=r"rack-0-ippool \(192.168.0.0/24\) is outside 127.0.0.0/8"):
+        PodAddresses(store, ROOTLESS).allocate(pod("a"), RACK0)

@@ -109,7 +109,22 @@ def run(
         "caller holding a cluster's proxy token (comma-separated, repeatable: CIDR, IP, host, "
         "*.suffix, each optionally :PORT) [default: only each pull member's API endpoint]")] = None,
     data_dir: DataDir = None,
+    failover: Annotated[bool, typer.Option(
+        "--failover", help="Karmada cluster failover (its Failover feature gate with "
+        "--enable-no-execute-taint-eviction): evict workloads from clusters with a NoExecute "
+        "taint their policy does not tolerate")] = False,
+    eviction_purge_mode: Annotated[str, typer.Option(
+        "--no-execute-taint-eviction-purge-mode", help="Directly or Gracefully: how evicted "
+        "copies go when the policy has no failover.cluster.purgeMode")] = "Gracefully",
+    graceful_eviction_timeout: Annotated[float, typer.Option(
+        "--graceful-eviction-timeout", help="Seconds a gracefully evicted copy may wait for its "
+        "replacement to become healthy")] = 600.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
+    template_status: Annotated[str, typer.Option(
+        "--template-status", metavar="auto|status|annotation",
+        help="Where Karmada templates get the members' summed status: their .status (as Karmada; "
+             "for a hub without workload controllers), the tether.io/propagation-status annotation "
+             "(a hub that runs its own), or auto: .status when the hub has no Nodes")] = "auto",
 ) -> None:
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
 
@@ -124,6 +139,16 @@ def run(
         parse_patterns(allowed_destinations or ())
     except DestinationError as exc:
         raise typer.BadParameter(str(exc), param_hint="--allowed-destinations") from None
+    from tether.federation.failover import DIRECTLY, GRACEFULLY, FailoverSettings, purge_mode
+
+    if purge_mode(eviction_purge_mode) not in (DIRECTLY, GRACEFULLY):
+        raise typer.BadParameter(f"{eviction_purge_mode!r}: use Directly or Gracefully",
+                                 param_hint="--no-execute-taint-eviction-purge-mode")
+    from tether.federation.template_status import MODES
+
+    if template_status not in MODES:
+        raise typer.BadParameter(f"{template_status!r} is not one of {', '.join(MODES)}",
+                                 param_hint="--template-status")
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -142,7 +167,10 @@ def run(
                                tunnel_bind_address=tunnel_bind_address,
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
                                tunnel_allowed_destinations=tuple(allowed_destinations or ()),
-                               data_dir=state_root(data_dir) / "hub")
+                               data_dir=state_root(data_dir) / "hub", template_status=template_status,
+                               failover=FailoverSettings(
+                                   enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
+                                   graceful_timeout_s=graceful_eviction_timeout))
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}
     try:

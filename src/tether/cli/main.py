@@ -7,7 +7,20 @@ import typer
 from rich.console import Console
 
 from tether import __version__
-from tether.cli import agent, certs, clusters, fed, hub, local, proxy, status, tunnel, whoami
+from tether.cli import (
+    agent,
+    certs,
+    clusters,
+    connect,
+    fed,
+    hub,
+    local,
+    proxy,
+    rebalance,
+    status,
+    tunnel,
+    whoami,
+)
 
 app = typer.Typer(
     name="tether",
@@ -21,10 +34,12 @@ app.add_typer(tunnel.app, name="tunnel")
 clusters.register(app)  # join, unjoin, clusters
 certs.register(app)  # certs
 status.register(app)  # status
+rebalance.register(app)  # rebalance (Karmada's WorkloadRebalancer)
 fed.register(app)  # enable, disable, federate, get, describe
 agent.register(app)  # agent run|stop|manifest, token create, register
 proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
+connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
 
 
 @app.command()

@@ -13,11 +13,12 @@ KubeFed's reasons, `clusters[]` with `remoteStatus`), plus a `message` per faile
 Namespaced Federated objects need their FederatedNamespace (NamespaceNotFederated otherwise) and
 only go to clusters the namespace is placed in.
 
-Karmada: status aggregated from the members onto the template's `.status` (status subresource),
-unless another controller already owns the template's status (a host that runs its own workload
-controllers): then only the annotation `tether.io/propagation-status` is written, which always
-carries the `Propagated` condition (naming every failed cluster and why), the per-cluster result
-and the aggregated status. Namespaced templates get their namespace created in members.
+Karmada: the annotation `tether.io/propagation-status` always carries the `Propagated` condition
+(naming every failed cluster and why) and per cluster the result and the member's status (what
+Karmada keeps in its ResourceBinding's `aggregatedStatus`). The members' summed status goes onto
+the template's `.status` (status subresource) on a hub without workload controllers, as Karmada
+does, else into the annotation (`template_status` decides, per hub and template). Namespaced
+templates get their namespace created in members.
 
 Writes are kept to what changed: Works are applied (and deleted) concurrently, at most
 `WORK_WRITES` at a time; a new Work for a push member is created with the executor's finalizer
@@ -54,15 +55,26 @@ from tether.objects.times import rfc3339
 
 from . import works as W
 from ._util import items, mapping, nested, thaw
-from .aggregation import aggregate_status
+from .aggregation import aggregate_status, reflect_status
+from .binding import EVICTION_ANNOTATION, Binding, read_binding
 from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
+from .failover import FailoverSettings
 from .karmada import compile_template, match_policy
+from .karmada_binding import (
+    BindingStep,
+    Finished,
+    dependent_overrides_missing,
+    workload_groups,
+)
 from .kubefed import ClusterResult, compile_federated, kubefed_status
 from .metadata import stamp, strip_server_fields
 from .metrics import HubMetrics
-from .model import ClusterFailure, ClusterInfo, PropagationPlan, ResourceRef, Taint
+from .model import ClusterFailure, ClusterInfo, PropagationPlan, ResourceRef
 from .placement import kubefed_placement
 from .registry import UNJOIN_ANNOTATION
+from .scheduler import Groups
+from .taints import taints_of
+from .template_status import STATUS, TemplateStatusTarget
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "tether-propagation"
@@ -163,11 +175,7 @@ def cluster_info(cluster: Obj) -> ClusterInfo | None:
     spec = mapping(cluster.get("spec"))
     ready = any(mapping(c).get("type") == "Ready" and mapping(c).get("status") == "True"
                 for c in items(nested(cluster, "status", "conditions")))
-    taints = tuple(
-        Taint(str(mapping(t).get("key", "")), str(mapping(t).get("effect", "")),
-              str(mapping(t).get("value", "")))
-        for t in items(spec.get("taints"))
-    )
+    taints = taints_of(spec.get("taints"))
     return ClusterInfo(
         name=str(meta.get("name", "")),
         labels={str(k): str(v) for k, v in mapping(meta.get("labels")).items()},
@@ -176,6 +184,7 @@ def cluster_info(cluster: Obj) -> ClusterInfo | None:
         zones=tuple(str(z) for z in items(spec.get("zones"))),
         taints=taints,
         ready=ready,
+        resource_summary=mapping(nested(cluster, "status", "resourceSummary")) or None,
     )
 
 
@@ -241,7 +250,10 @@ class _Base(Generic[K]):
         """Apply the desired Works, delete the others — except where the cluster failed only on
         its overrides: a typo in an override must not take the object down, so that cluster
         keeps its last good Work (and the failure is reported)."""
+        if plan.hold:
+            return  # e.g. dispatching suspended: every Work stays as it is
         keep = {f.cluster for f in plan.failures if f.reason == "ApplyOverridesFailed"}
+        keep |= plan.retained  # graceful evictions, clusters with dispatching suspended
         wanted = {(d.namespace, d.name) for d in desired}
         writes: list[Callable[[], Awaitable[Any]]] = []
         for work in desired:
@@ -543,9 +555,16 @@ class KarmadaController(_Base[TemplateKey]):
     # per template, what its last event showed apart from tether's own status annotation
     _seen: dict[TemplateKey, str] = field(default_factory=dict, init=False)
     _work_pending: set[TemplateKey] = field(default_factory=set, init=False)
+    failover: FailoverSettings = field(default_factory=FailoverSettings)
+    step: BindingStep = field(init=False)
+    # templates to schedule afresh (WorkloadRebalancer), with who waits for the outcome
+    _fresh: dict[TemplateKey, list[asyncio.Future[str]]] = field(default_factory=dict, init=False)
+    status_target: TemplateStatusTarget | None = None  # None: decided by discovery (auto)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.status_target is None:
+            self.status_target = TemplateStatusTarget(self.host)
         self.policies = {
             kind: Informer(self.host, POLICY_API_VERSION, kind, on_event=self._on_policy)
             for kind in ("PropagationPolicy", "ClusterPropagationPolicy", "OverridePolicy",
@@ -553,6 +572,7 @@ class KarmadaController(_Base[TemplateKey]):
         }
         self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
         self.shared.work_handlers.append(self._on_work)
+        self.step = BindingStep(self.failover, time.time)
 
     async def run(self) -> None:
         try:
@@ -631,6 +651,8 @@ class KarmadaController(_Base[TemplateKey]):
         if namespace in SKIPPED_NAMESPACES or namespace.startswith("tether-"):
             return
         if template is None:
+            self.step.forget(key)
+            self._rebalanced(key, "ReferencedBindingNotFound")
             for work in existing:
                 await self.delete_work(work)
             return
@@ -641,9 +663,11 @@ class KarmadaController(_Base[TemplateKey]):
             return
         policies = [*self.policies["PropagationPolicy"].list(),
                     *self.policies["ClusterPropagationPolicy"].list()]
-        policy = match_policy(template, policies)
+        binding = read_binding(template, existing)
+        policy = match_policy(template, policies, binding.policy)
         if policy is None:
             # No policy claims it (any more): stop propagating, leave member objects in place.
+            self._rebalanced(key, "ReferencedBindingNotFound")
             if existing or W.PROPAGATION_FINALIZER in finalizers:
                 await self.finalize(template, api_version, existing, True)
             return
@@ -651,15 +675,78 @@ class KarmadaController(_Base[TemplateKey]):
         overrides = [*self.policies["OverridePolicy"].list(),
                      *self.policies["ClusterOverridePolicy"].list()]
         source = thaw(template)
-        source.get("metadata", {}).get("annotations", {}).pop(STATUS_ANNOTATION, None)
-        plan = compile_template(source, policy, overrides, self.shared.cluster_infos())
+        for tether_annotation in (STATUS_ANNOTATION, EVICTION_ANNOTATION):
+            source.get("metadata", {}).get("annotations", {}).pop(tether_annotation, None)
+        finished = await self._bind(key, template, source, policy, policies, overrides, binding)
+        plan = finished.plan
+        await self.write_works(finished.desired, existing, plan)
+        if finished.tasks_annotation is not None:
+            await self._write_tasks(template, finished.tasks_annotation)
+        await self._write_status(template, plan, self.shared.works_of(ref))
+        self._rebalanced(key, "Successful" if not plan.error_reason else "Failed")
+        if finished.recheck_at is not None:
+            raise RequeueAfter(max(finished.recheck_at - time.time(), 0.05))
+
+    async def _bind(self, key: TemplateKey, template: Obj, source: Mapping[str, Any],
+                    policy: Mapping[str, Any],
+                    policies: list[Obj], overrides: list[Obj],
+                    binding: Binding) -> Finished:
+        """Schedule and compile the template, with Karmada's binding step around it
+        (`karmada_binding`): failover, suspension, Lazy activation, dependentOverrides."""
+        infos = self.shared.cluster_infos()
+        ref = ResourceRef(*key)
+        groups = Groups()
+        if nested(policy, "spec", "placement", "workloadAffinity"):
+            groups = workload_groups(template, policy, self._peers(key, policies))
+        prepared = self.step.prepare(key, ref, policy, binding, infos,
+                                     {i.name: i for i in infos}, groups)
+        plan = compile_template(source, policy, overrides, infos, previous=prepared.previous,
+                                fresh=key in self._fresh, groups=groups)
         deps, missing = await self._dependencies(plan)
         if missing:
             plan = replace(plan, error_reason="DependencyNotFound",
                            error_message="missing dependencies: " + ", ".join(missing))
-        desired = W.desired_works(plan, extra_manifests=deps, ensure_namespace=bool(namespace))
-        await self.write_works(desired, existing, plan)
-        await self._write_status(template, plan, self.shared.works_of(ref))
+        return self.step.finish(
+            plan, prepared, binding, template, policy,
+            lambda p: W.desired_works(p, extra_manifests=deps, ensure_namespace=bool(key[2])),
+            dependent_overrides_missing(policy, overrides))
+
+    def _peers(self, key: TemplateKey, policies: list[Obj]
+               ) -> Iterable[tuple[Obj, Mapping[str, Any] | None, frozenset[str]]]:
+        for (api_version, kind), (informer, _) in list(self.templates.items()):
+            for peer in informer.list():
+                meta = mapping(peer.get("metadata"))
+                peer_key = (api_version, kind, str(meta.get("namespace") or ""),
+                            str(meta.get("name")))
+                if peer_key == key or meta.get("namespace") != key[2]:
+                    continue
+                works = self.shared.works_of(ResourceRef(*peer_key))
+                claim = read_binding(peer, works)
+                yield peer, match_policy(peer, policies, claim.policy), frozenset(claim.scheduled)
+
+    async def _write_tasks(self, template: Obj, value: str) -> None:
+        meta = mapping(template.get("metadata"))
+        try:
+            await self.host.patch(str(template.get("apiVersion")), str(template.get("kind")),
+                                  str(meta.get("name")),
+                                  {"metadata": {"annotations": {EVICTION_ANNOTATION: value or None}}},
+                                  namespace=str(meta.get("namespace") or "") or None,
+                                  field_manager=FIELD_MANAGER)
+        except NotFound:
+            pass
+
+    def rebalance(self, key: TemplateKey) -> asyncio.Future[str]:
+        """Schedule the template afresh at its next reconcile (a WorkloadRebalancer); the future
+        gets "Successful", "Failed" or "ReferencedBindingNotFound"."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._fresh.setdefault(key, []).append(future)
+        self.engine.enqueue(key)
+        return future
+
+    def _rebalanced(self, key: TemplateKey, result: str) -> None:
+        for future in self._fresh.pop(key, []):
+            if not future.done():
+                future.set_result(result)
 
     async def _dependencies(self, plan: PropagationPlan) -> tuple[list[Obj], list[str]]:
         found: list[Obj] = []
@@ -687,6 +774,14 @@ class KarmadaController(_Base[TemplateKey]):
                              "reason": failure.reason, "message": failure.message})
             problems.append(f"{failure.cluster}: {failure.reason}: {failure.message}")
         pending: list[str] = []
+        notices = {n.cluster: n for n in plan.notices}
+        for notice in plan.notices:
+            if not any(w.cluster == notice.cluster for w in plan.works):
+                work = by_cluster.get(notice.cluster)
+                applied = W.condition(work, W.APPLIED)
+                clusters.append({"name": notice.cluster, "reason": notice.reason,
+                                 "message": notice.message,
+                                 "applied": bool(applied and applied.get("status") == "True")})
         for item in plan.works:
             result = results.get(item.cluster)
             entry: Obj = {"name": item.cluster, "applied": bool(result and result.applied)}
@@ -698,6 +793,9 @@ class KarmadaController(_Base[TemplateKey]):
                 problems.append(f"{item.cluster}: {result.reason}: {result.message}")
             if item.replicas is not None:
                 entry["replicas"] = item.replicas
+            if item.cluster in notices and "reason" not in entry:
+                entry.update(reason=notices[item.cluster].reason,
+                             message=notices[item.cluster].message)
             clusters.append(entry)
         clusters.sort(key=lambda e: str(e["name"]))
         if plan.error_reason:
@@ -712,19 +810,31 @@ class KarmadaController(_Base[TemplateKey]):
         else:
             cond = {"type": PROPAGATED, "status": "True", "reason": "Propagated",
                     "message": f"applied in {len(plan.works)} cluster(s)"}
+        if plan.notices:
+            if plan.hold and not plan.error_reason:
+                cond["reason"] = plan.notices[0].reason
+            cond["message"] = "; ".join([str(cond["message"]), *(
+                f"{n.cluster}: {n.reason}: {n.message}" for n in plan.notices)])
         cond["lastTransitionTime"] = rfc3339(time.time())
         member_status = {
             c: W.member_status_for_aggregation(by_cluster.get(c), plan.source,
                                                W.generation(template))
             for c in plan.clusters}
+        for entry in clusters:
+            reflected = reflect_status(template, member_status.get(str(entry["name"])))
+            if reflected is not None:
+                entry["status"] = reflected
         aggregated = aggregate_status(template, member_status) if plan.works else None
+        assert self.status_target is not None
+        to_status = aggregated is not None and await self.status_target.for_template(
+            template, FIELD_MANAGER) == STATUS
         old_raw = nested(template, "metadata", "annotations", STATUS_ANNOTATION)
         old: Obj = {}
         with contextlib.suppress(TypeError, ValueError):
             old = json.loads(str(old_raw)) if old_raw else {}
         [cond] = _keep_times([cond], old.get("conditions"))
         report: Obj = {"conditions": [cond], "clusters": clusters}
-        if aggregated is not None:
+        if aggregated is not None and not to_status:
             report["aggregatedStatus"] = aggregated
         meta = mapping(template.get("metadata"))
         target_ns = str(meta.get("namespace") or "") or None
@@ -734,7 +844,7 @@ class KarmadaController(_Base[TemplateKey]):
                                   str(meta.get("name")),
                                   {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
                                   namespace=target_ns, field_manager=FIELD_MANAGER)
-        if aggregated is None or _foreign_status_owner(template):
+        if aggregated is None or not to_status:
             return
         status = {**aggregated, "conditions": _merge_condition(
             nested(template, "status", "conditions"), cond)}
@@ -766,15 +876,6 @@ def _template_fingerprint(template: Obj) -> str:
 def _merge_condition(conditions: Any, cond: Obj) -> list[Obj]:
     out = [thaw(c) for c in items(conditions) if mapping(c).get("type") != cond["type"]]
     return [*out, cond]
-
-
-def _foreign_status_owner(template: Obj) -> bool:
-    """Whether a controller on the host (not tether) writes this template's status."""
-    for entry in items(nested(template, "metadata", "managedFields")):
-        e = mapping(entry)
-        if e.get("subresource") == "status" and e.get("manager") != FIELD_MANAGER:
-            return True
-    return False
 
 
 __all__ = [

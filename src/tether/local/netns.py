@@ -8,12 +8,14 @@ goes through the cluster's *fabric* (`LocalCluster.fabric`), so the two modes di
 - `NetnsFabric` (`tether local up --netns`, root): cluster index i gets
 
       tether-<i>          the router namespace: bridge `br0` with the fabric's .1, an AnyIP route
-                          (`local <service cidr> dev lo`) so every ClusterIP is bindable there, and
-                          a route to each node's pod /24 via that node
-      tether-<i>-n<k>     node k: `eth0` (veth to `n<k>` on the bridge) with its InternalIP, its
+                          (`local <service cidr> dev lo`) so every ClusterIP is bindable there,
+                          a route to each node's pod /24 via that node, `to-host` (the host
+                          link, below) and, once joined (underlay), `to-<j>` to cluster j
+      tether-<i>-n<k>     node k: `eth0` (veth to `n<k>` on the bridge) with its InternalIP, the
+                          first address of its pod /24 (its source toward joined peers) and its
                           pods' IPs as /32s on `lo` (added before the containers start, removed
                           when the pod goes), a route to every other node's pod /24 via that node
-                          (host-gw style, no forwarding anywhere), the service range via the
+                          (host-gw style: nodes never forward), the service range via the
                           router, and `unreachable` for the rest of its own pod /24
 
   Pods run in their node's namespace (`ip netns exec`, which also bind-mounts
@@ -24,14 +26,36 @@ goes through the cluster's *fabric* (`LocalCluster.fabric`), so the two modes di
   own components go out of the router namespace (which routes to every pod), except to loopback
   addresses: those are the host's (the API server behind the `kubernetes` Service).
 
-  Clusters never share a namespace, link or route: the host namespace has no link to any of them
-  and two clusters' namespaces have none to each other, so a pod of one cannot reach the other's
-  pod or service addresses (connect fails with ENETUNREACH). Namespace names carry the cluster
-  index, which `network.claim_index` holds machine-wide, so two data directories never clash.
+  How the namespaces meet the host (the host side, `HostPlan`; tagged `proto 116` on every route
+  tether adds, so no other route is ever changed):
 
-Python 3.11 has no `os.setns`: `socket_in` calls setns(2) through ctypes in a short-lived thread,
-creates the socket there (a socket belongs to the namespace it was created in, whatever thread uses
-it later) and hands it back, for asyncio to use with `sock=`.
+      tether-<i>-sink     a device that drops what it is given (a bridge with no ports and ARP
+                          off): the host routes the cluster's pod, Service and fabric ranges, the
+                          underlay and its IP pools' ranges there (metric 4000+i, so a route
+                          someone else made for the same range wins). A packet for an unused
+                          cluster address ends there, counted, after nftables' output and
+                          postrouting hooks saw it (unlike `unreachable`/`blackhole` routes);
+                          it never takes the default route
+      tether-<i>-link     veth to `to-host` in the router: each ClusterIP (and the DNS address)
+                          is a /32 through it, so `curl http://<ClusterIP>/` on the host reaches
+                          the service proxy (`HostRoutes` keeps the /32s in step with Services)
+
+  Devices are named by the cluster index and carry the data directory's `owner_tag` as alias;
+  `setup` first removes what an earlier run of the index left (a `kill -9`), `teardown` removes
+  the namespaces and devices (their routes go with them).
+
+  Clusters meet each other, and their pods meet the host, only through the underlay
+  (`tether.local.underlay`: `join`/`leave`); until then a pod of one cluster gets ENETUNREACH for
+  another cluster's addresses and for the host's. Namespace names carry the cluster index, which
+  `network.claim_index` holds machine-wide, so two data directories never clash.
+
+  Pods of a Calico IPPool outside the node's pod /24 get a /32 route to their node in the router
+  and in every other node (`pool_addresses`).
+
+Python 3.11 has no `os.setns`: `in_namespace` calls setns(2) through ctypes in a short-lived
+thread and runs its work there: `socket_in` creates a socket (it belongs to the namespace it was
+created in, whatever thread uses it later) for asyncio to use with `sock=`; `enable_forwarding`
+writes /proc/sys/net, which belongs to the namespace of whoever opens it.
 """
 
 from __future__ import annotations
@@ -39,7 +63,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -48,16 +74,25 @@ import socket
 import ssl
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tether.local.network import NETNS, ROOTLESS, ClusterNetwork
+from tether.local.network import (
+    NETNS,
+    ROOTLESS,
+    UNDERLAY_CIDR,
+    UNDERLAY_HOST_IP,
+    ClusterNetwork,
+    is_local_range,
+)
 
 log = logging.getLogger(__name__)
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+T = TypeVar("T")
 
 NETNS_DIR = Path("/run/netns")
 ETC_NETNS_DIR = Path("/etc/netns")
@@ -68,6 +103,10 @@ STREAM_LIMIT = 2**16
 BRIDGE = "br0"
 NODE_LINK = "eth0"
 DNS_DOMAIN = "cluster.local"
+HOST_LINK = "to-host"  # the router namespace's end of the host link
+RTPROTO = "116"  # every route tether adds carries this tag; no other route is ever changed
+SINK_METRIC = 4000  # + the cluster index: a route someone else adds for the same range wins
+UNDERLAY_METRIC = 10  # a join's routes in a router (a kernel route to the same place stays)
 
 
 class NetnsError(Exception):
@@ -92,6 +131,19 @@ def router_namespace(index: int) -> str:
 
 def node_namespace(index: int, node: int) -> str:
     return f"tether-{index}-n{node}"
+
+
+def sink_device(index: int) -> str:
+    return f"tether-{index}-sink"
+
+
+def link_device(index: int) -> str:
+    return f"tether-{index}-link"
+
+
+def peer_link(index: int) -> str:
+    """The device in a router namespace that leads to cluster `index`'s router (a join)."""
+    return f"to-{index}"
 
 
 def owned_namespace(index: int, name: str) -> bool:
@@ -158,6 +210,7 @@ class FabricPlan:
             ["-n", r, "link", "set", link, "master", BRIDGE],
             ["-n", r, "link", "set", link, "up"],
             ["-n", n, "addr", "add", f"{ip}/{fabric.prefixlen}", "dev", NODE_LINK],
+            ["-n", n, "addr", "add", f"{self.network.node_pod_gateway(slot)}/32", "dev", "lo"],
             ["-n", n, "link", "set", NODE_LINK, "up"],
             ["-n", n, "route", "add", str(self.network.service_cidr), "via", self.network.router_ip],
             ["-n", n, "route", "add", "unreachable", cidr],
@@ -176,6 +229,111 @@ class FabricPlan:
                 f"nameserver {self.network.dns_service_ip}\n"
                 f"search {namespace}.svc.{DNS_DOMAIN} svc.{DNS_DOMAIN} {DNS_DOMAIN}\n"
                 "options ndots:5\n")
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """How one netns-mode cluster meets the host namespace (pure; see the module docstring)."""
+
+    network: ClusterNetwork
+    owner: str = ""  # the devices' alias: whose they are after a crash (`owner_tag` of the data dir)
+
+    @property
+    def sink(self) -> str:
+        return sink_device(self.network.index)
+
+    @property
+    def link(self) -> str:
+        return link_device(self.network.index)
+
+    @property
+    def metric(self) -> str:
+        return str(SINK_METRIC + self.network.index)
+
+    def device_commands(self) -> list[list[str]]:
+        """The sink and the host link. The sink is a bridge with no ports and ARP off: every
+        packet routed to it is counted (`ip -s link`) and dropped, after the output and
+        postrouting hooks saw it (a dummy device would do the same, but its module is not in
+        every kernel)."""
+        sink, link, router = self.sink, self.link, router_namespace(self.network.index)
+        own = self.network.underlay_ip
+        return [
+            ["link", "add", sink, "type", "bridge"],
+            ["link", "set", "dev", sink, "addrgenmode", "none"],  # no IPv6 link-local chatter
+            ["link", "set", "dev", sink, "arp", "off", "multicast", "off"],
+            *([["link", "set", "dev", sink, "alias", self.owner]] if self.owner else []),
+            ["link", "set", sink, "up"],
+            ["link", "add", link, "type", "veth", "peer", "name", HOST_LINK, "netns", router],
+            ["link", "set", "dev", link, "addrgenmode", "none"],
+            *([["link", "set", "dev", link, "alias", self.owner]] if self.owner else []),
+            ["addr", "add", UNDERLAY_HOST_IP, "peer", f"{own}/32", "dev", link],
+            ["link", "set", link, "up"],
+            ["-n", router, "addr", "add", own, "peer", f"{UNDERLAY_HOST_IP}/32", "dev", HOST_LINK],
+            ["-n", router, "link", "set", HOST_LINK, "up"],
+        ]
+
+    def sink_routes(self, pools: Iterable[IPv4Network] = ()) -> frozenset[IPv4Network]:
+        """Everything of this cluster the host must never send out: its pod, Service and fabric
+        ranges, the underlay, and the IP pools its pods may take addresses from."""
+        own = self.network.own_ranges
+        extra = {p for p in pools if not is_local_range(p) and not any(p.subnet_of(o) for o in own)}
+        return frozenset({*own, UNDERLAY_CIDR, *extra})
+
+    def link_routes(self, service_ips: Iterable[str]) -> frozenset[IPv4Network]:
+        """The addresses the host reaches through the link: each ClusterIP and the cluster DNS."""
+        wanted: set[IPv4Network] = {IPv4Network(f"{self.network.dns_service_ip}/32")}
+        for text in service_ips:
+            try:
+                address = IPv4Address(text)
+            except ValueError:
+                continue  # "None" (headless), IPv6
+            if address in self.network.service_cidr:
+                wanted.add(IPv4Network(f"{address}/32"))
+        return frozenset(wanted)
+
+    def sink_route(self, verb: str, dst: IPv4Network) -> list[str]:
+        return ["route", verb, str(dst), "dev", self.sink, "proto", RTPROTO, "metric", self.metric]
+
+    def link_route(self, verb: str, dst: IPv4Network) -> list[str]:
+        if verb == "del":
+            return ["route", "del", str(dst), "dev", self.link, "proto", RTPROTO]
+        return ["route", verb, str(dst), "via", self.network.underlay_ip, "dev", self.link, "onlink",
+                "proto", RTPROTO]
+
+
+def shadowed(routes_json: str, sunk: Iterable[IPv4Network]) -> list[str]:
+    """Routes tether did not make that win over a sink route (as specific or more, and any
+    metric beats the sink's): what they cover goes their way from the host, not to the sink."""
+    found: list[str] = []
+    try:
+        entries = json.loads(routes_json or "[]")
+    except ValueError:
+        return found
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or str(entry.get("protocol")) == RTPROTO:
+            continue
+        device = str(entry.get("dev", ""))
+        try:
+            dst = IPv4Network(str(entry.get("dst")), strict=False)
+        except ValueError:
+            continue  # default: every sink route is more specific
+        for mine in sorted(sunk, key=_route_key):
+            if dst.overlaps(mine) and dst.prefixlen >= mine.prefixlen and not device.startswith("tether-"):
+                found.append(f"the host's route {dst} dev {device or '?'} covers part of {mine}: from the host, "
+                             "those addresses go there, not to this cluster; use a range this machine does not")
+    return found
+
+
+def route_changes(current: Iterable[IPv4Network], desired: Iterable[IPv4Network],
+                  command: Callable[[str, IPv4Network], list[str]]) -> list[list[str]]:
+    """The `ip route` commands that turn `current` into `desired` (removals first)."""
+    have, want = set(current), set(desired)
+    ordered = sorted(have - want, key=_route_key) + sorted(want - have, key=_route_key)
+    return [command("del" if dst in have else "replace", dst) for dst in ordered]
+
+
+def _route_key(dst: IPv4Network) -> tuple[int, int]:
+    return (int(dst.network_address), dst.prefixlen)
 
 
 # running `ip` ------------------------------------------------------------------------------------
@@ -242,15 +400,100 @@ def delete_namespaces(names: Sequence[str]) -> list[str]:
     return [name for name in names if (NETNS_DIR / name).exists()]
 
 
+def ip_output_sync(args: Sequence[str], *, timeout_s: float = IP_TIMEOUT_S) -> str | None:
+    """`ip <args>`'s stdout from synchronous code (None when it failed)."""
+    argv = [_ip_binary(), *args]
+    try:
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+                                check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("netns: `%s` failed: %s", " ".join(argv), exc)
+        return None
+    return result.stdout.decode(errors="replace") if result.returncode == 0 else None
+
+
+def parse_routes(text: str | None, *, device_prefix: str = "") -> set[IPv4Network]:
+    """The IPv4 destinations in `ip -j route show` output (`default` and IPv6 left out), of
+    routes whose device starts with `device_prefix` when one is given."""
+    found: set[IPv4Network] = set()
+    try:
+        entries = json.loads(text or "[]")
+    except ValueError:
+        return found
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not str(entry.get("dev", "")).startswith(device_prefix):
+            continue
+        with contextlib.suppress(ValueError, TypeError):
+            found.add(IPv4Network(str(entry.get("dst")), strict=False))
+    return found
+
+
+def _tagged_args(namespace: str | None, device: str | None) -> list[str]:
+    return [*(["-n", namespace] if namespace else []), "-j", "-4", "route", "show",
+            *(["dev", device] if device else []), "proto", RTPROTO]
+
+
+async def tagged_routes(namespace: str | None = None, device: str | None = None) -> set[IPv4Network]:
+    """The routes tether added in `namespace` (None: the host's), on `device` if given."""
+    return parse_routes(await run_ip(_tagged_args(namespace, device)))
+
+
+def device_exists(name: str, namespace: str | None = None) -> bool:
+    return ip_output_sync([*(["-n", namespace] if namespace else []), "link", "show", "dev", name]) is not None
+
+
+def forget_routes_to(index: int) -> None:
+    """Remove the routes other clusters' namespaces hold toward cluster `index` (left by a join):
+    a cluster that went away, or comes back unjoined, leaves no path to its addresses behind.
+    The routes in their routers went with the link; their nodes' routes are removed here."""
+    network = ClusterNetwork.netns(index)
+    ranges = (*network.own_ranges, IPv4Network(f"{network.underlay_ip}/32"))
+    for name in list_namespaces():
+        found = re.fullmatch(r"tether-(\d+)(-n\d+)?", name)
+        if found is None or int(found.group(1)) == index:
+            continue
+        for dst in parse_routes(ip_output_sync(_tagged_args(name, None))):
+            if any(dst.subnet_of(r) for r in ranges):
+                run_ip_sync(["-n", name, "route", "del", str(dst), "proto", RTPROTO])
+
+
+def owner_tag(data_dir: Path) -> str:
+    """What marks a cluster's host devices as its own (an alias is at most 255 bytes; a path
+    may be longer)."""
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+    return f"tether cluster {digest}"
+
+
+def remove_devices_of(index: int, owner: str) -> list[str]:
+    """Remove cluster index `index`'s host devices if `owner` made them (their alias says so),
+    even while another cluster holds the index: a rootless holder has no such devices, and a
+    netns holder's carry its own data directory. The devices left."""
+    removed: list[str] = []
+    for device in (link_device(index), sink_device(index)):
+        shown = ip_output_sync(["-j", "link", "show", "dev", device])
+        with contextlib.suppress(ValueError, IndexError, AttributeError, TypeError):
+            if owner and json.loads(shown or "[]")[0].get("ifalias") == owner:
+                run_ip_sync(["link", "del", device])
+                removed.append(device)
+    return [d for d in removed if device_exists(d)]
+
+
 def teardown_index(index: int) -> list[str]:
-    """Remove every namespace cluster index `index` created (nodes first); the ones left."""
+    """Remove every namespace and host device cluster index `index` created (nodes first), and
+    the routes other clusters hold toward it; the namespaces and devices left."""
     try:
         configured = [p.name for p in ETC_NETNS_DIR.iterdir()]
     except OSError:
         configured = []
     owned = sorted({n for n in [*list_namespaces(), *configured] if owned_namespace(index, n)})
     owned.sort(key=lambda n: n == router_namespace(index))  # the router last
-    return delete_namespaces(owned)
+    forget_routes_to(index)
+    devices = [link_device(index), sink_device(index)]  # their routes go with them
+    for device in devices:
+        if device_exists(device):
+            run_ip_sync(["link", "del", device])
+    left = delete_namespaces(owned)
+    return left + [d for d in devices if device_exists(d)]
 
 
 # sockets inside a namespace ----------------------------------------------------------------------
@@ -268,34 +511,50 @@ def _setns(fd: int) -> None:
         raise OSError(code, f"setns: {os.strerror(code)}")
 
 
-def socket_in(namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
-    """A new socket that belongs to network namespace `namespace` (a name under /run/netns).
+def in_namespace(namespace: str, work: Callable[[], T], what: str) -> T:
+    """`work()`'s result, run in network namespace `namespace` (a name under /run/netns).
 
     setns(2) runs in a throwaway thread, so no other thread ever changes namespace.
     """
-    result: list[socket.socket | BaseException] = []
+    result: list[T | BaseException] = []
 
-    def work() -> None:
+    def run() -> None:
         try:
             fd = os.open(NETNS_DIR / namespace, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 _setns(fd)
             finally:
                 os.close(fd)
-            result.append(socket.socket(family, kind))
+            result.append(work())
         except BaseException as exc:
             result.append(exc)
 
-    thread = threading.Thread(target=work, name=f"setns-{namespace}", daemon=True)
+    thread = threading.Thread(target=run, name=f"setns-{namespace}", daemon=True)
     thread.start()
     thread.join(SETNS_TIMEOUT_S)
     if not result:
-        raise NetnsError(f"creating a socket in namespace {namespace} took over {SETNS_TIMEOUT_S:.0f}s")
+        raise NetnsError(f"{what} in namespace {namespace} took over {SETNS_TIMEOUT_S:.0f}s")
     found = result[0]
     if isinstance(found, BaseException):
-        raise NetnsError(f"cannot create a socket in network namespace {namespace}: {found}; "
+        raise NetnsError(f"{what} in network namespace {namespace} failed: {found}; "
                          f"does /run/netns/{namespace} exist (is the cluster up in --netns mode)?")
     return found
+
+
+def socket_in(namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A new socket that belongs to network namespace `namespace` (it stays there, whatever
+    thread uses it later)."""
+    return in_namespace(namespace, lambda: socket.socket(family, kind), "creating a socket")
+
+
+def enable_forwarding(namespace: str) -> None:
+    """Let `namespace` route between its links (a router joined to the host or a cluster).
+    /proc/sys/net belongs to the namespace of whoever opens it, hence the setns thread."""
+
+    def write() -> None:
+        Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+
+    in_namespace(namespace, write, "enabling forwarding")
 
 
 async def connect_in(namespace: str | None, host: str, port: int, *, timeout_s: float) -> socket.socket:
@@ -383,6 +642,11 @@ class HostFabric:
         """Give the pod its address before its containers start."""
         return None
 
+    async def sync_host_routes(self, service_ips: Iterable[str], pools: Iterable[IPv4Network]) -> None:
+        """Route this cluster's addresses on the host: ClusterIPs through the host link, the
+        rest (pods, Services, IP pools) to the sink. Rootless: loopback needs no route."""
+        return None
+
     def detach_pod(self, uid: str) -> None:
         """Take the pod's address away (it has stopped)."""
         return None
@@ -393,12 +657,16 @@ class NetnsFabric(HostFabric):
 
     mode = NETNS
 
-    def __init__(self, network: ClusterNetwork, nodes: int) -> None:
+    def __init__(self, network: ClusterNetwork, nodes: int, owner: str = "") -> None:
         super().__init__(network)
         self.plan = FabricPlan(network)
+        self.host = HostPlan(network, owner)
         self.configured = nodes
         self.nodes: list[int] = []  # slots whose namespace exists, in creation order
         self.pods: dict[str, tuple[str, str]] = {}  # pod uid -> (node namespace, pod IP)
+        # pod uid -> (pod IP, node IP) for addresses outside the node's pod /24 (IP pools):
+        # the router and the other nodes route each one to its node
+        self.pool_addresses: dict[str, tuple[str, str]] = {}
         self._lock = asyncio.Lock()
         self._up = False
 
@@ -423,12 +691,32 @@ class NetnsFabric(HostFabric):
             for command in self.plan.router_commands():
                 await run_ip(command)
             self._up = True
+            for command in self.host.device_commands():
+                await run_ip(command)
+            await self.sync_host_routes((), ())
             for slot in range(self.configured):
                 await self.ensure_node(slot)
         except BaseException:
             await self.teardown()
             raise
-        log.info("cluster network index %d: namespaces %s", self.network.index, ", ".join(self.namespaces))
+        log.info("cluster network index %d: namespaces %s; host devices %s, %s", self.network.index,
+                 ", ".join(self.namespaces), self.host.sink, self.host.link)
+
+    async def sync_host_routes(self, service_ips: Iterable[str], pools: Iterable[IPv4Network]) -> None:
+        async with self._lock:
+            if not self._up:
+                return
+            host = self.host
+            sink = route_changes(await tagged_routes(None, host.sink), host.sink_routes(pools), host.sink_route)
+            # the host link also carries a join's routes (tether.local.underlay): only the
+            # ClusterIPs are this method's
+            current = {r for r in await tagged_routes(None, host.link) if r.subnet_of(self.network.service_cidr)}
+            link = route_changes(current, host.link_routes(service_ips), host.link_route)
+            for command in [*sink, *link]:
+                await run_ip(command)
+            if sink:
+                for problem in shadowed(await run_ip(["-j", "-4", "route", "show"]), host.sink_routes(pools)):
+                    log.warning("cluster network index %d: %s", self.network.index, problem)
 
     async def ensure_node(self, slot: int) -> str:
         """The namespace of node `slot`, created (and routed to the others) when missing."""
@@ -444,12 +732,20 @@ class NetnsFabric(HostFabric):
             self.nodes.append(slot)  # before the commands: teardown must find a half-made node
             for command in self.plan.node_commands(slot, self.nodes):
                 await run_ip(command)
+            # what the cluster already routes beyond its nodes: joins (their routes in the
+            # router) and pool addresses on the other nodes
+            for dst in parse_routes(await run_ip(_tagged_args(self.plan.router, None)), device_prefix="to-"):
+                await run_ip(["-n", name, *underlay_node_route("replace", self.network, slot, dst)])
+            for pod_ip, node_ip in self.pool_addresses.values():
+                if node_ip != self.network.node_ip(slot):
+                    await run_ip(["-n", name, *_pool_route("replace", pod_ip, node_ip)])
         return name
 
     async def teardown(self) -> None:
         self._up = False
         self.nodes.clear()
         self.pods.clear()
+        self.pool_addresses.clear()
         left = await asyncio.to_thread(teardown_index, self.network.index)
         if left:
             log.warning("netns: could not remove %s; remove them with `ip netns del <name>`", ", ".join(left))
@@ -494,16 +790,52 @@ class NetnsFabric(HostFabric):
         added = pod_ip != node_ip  # host-network pods use the node's own address
         if added:
             await run_ip(["-n", namespace, "addr", "replace", f"{pod_ip}/32", "dev", "lo"])
+            if not _inside(pod_ip, self.network.node_pod_cidr(slot)):
+                # an IP pool's address: the node /24 routes do not cover it
+                async with self._lock:
+                    self.pool_addresses[uid] = (pod_ip, node_ip)
+                    for other in [self.plan.router, *(self.plan.node(s) for s in self.nodes if s != slot)]:
+                        await run_ip(["-n", other, *_pool_route("replace", pod_ip, node_ip)])
         self.pods[uid] = (namespace, pod_ip if added else "")
 
     def detach_pod(self, uid: str) -> None:
         found = self.pods.pop(uid, None)
+        routed = self.pool_addresses.pop(uid, None)
         if found is None or not found[1] or found in self.pods.values():
             return  # unknown, host network, or the address went to a newer pod meanwhile
         namespace, pod_ip = found
         if (NETNS_DIR / namespace).exists():
             run_ip_sync(["-n", namespace, "addr", "del", f"{pod_ip}/32", "dev", "lo"], timeout_s=2.0)
+        if routed is not None:
+            for other in [self.plan.router, *(self.plan.node(s) for s in self.nodes)]:
+                if other != namespace and (NETNS_DIR / other).exists():
+                    run_ip_sync(["-n", other, *_pool_route("del", *routed)], timeout_s=2.0)
 
 
-def fabric_for(network: ClusterNetwork, nodes: int) -> HostFabric:
-    return NetnsFabric(network, nodes) if network.mode == NETNS else HostFabric(network)
+def underlay_node_route(verb: str, network: ClusterNetwork, slot: int, dst: IPv4Network) -> list[str]:
+    """A node's route to a joined peer: via its router, from the node's pod-range address (a
+    peer routes this cluster's pod range back, never its fabric)."""
+    return ["route", verb, str(dst), "via", network.router_ip, "src", network.node_pod_gateway(slot),
+            "proto", RTPROTO]
+
+
+def node_slot(network: ClusterNetwork, namespace: str) -> int | None:
+    """The node slot of `namespace` when it is one of `network`'s node namespaces."""
+    found = re.fullmatch(rf"tether-{network.index}-n(\d+)", namespace)
+    return int(found.group(1)) if found else None
+
+
+def _inside(address: str, cidr: IPv4Network) -> bool:
+    try:
+        return IPv4Address(address) in cidr
+    except ValueError:
+        return False
+
+
+def _pool_route(verb: str, pod_ip: str, node_ip: str) -> list[str]:
+    return ["route", verb, f"{pod_ip}/32", "via", node_ip, "proto", RTPROTO]
+
+
+def fabric_for(network: ClusterNetwork, nodes: int, owner: str = "") -> HostFabric:
+    """The cluster's fabric; `owner` (its data directory) marks the host devices it makes."""
+    return NetnsFabric(network, nodes, owner) if network.mode == NETNS else HostFabric(network)

@@ -16,8 +16,17 @@ the nodes: the router namespace has .1, node k has .(k+2), its InternalIP. With 
 (MAX_NETNS_CLUSTERS) the three kinds of range never meet, and no two clusters share one; a
 netns cluster therefore claims an index below 32, a rootless one any index below 96.
 
+Netns clusters also meet the host and each other on an underlay (see `tether.local.netns` and
+`tether.local.underlay`): 10.200.0.0/24, where cluster i's router has 10.200.0.(i+1) and the host
+10.200.0.254 (the same address on every host link, as one site seen from every cluster).
+
 Both modes share one index space (the machine-wide claims below), so a netns cluster and a
 rootless cluster never hold the same index.
+
+Rootless clusters can keep only loopback addresses on this machine: an IP pool or podCIDR outside
+127.0.0.0/8 (`is_local_range`) would give pods addresses no route on this machine leads to, and
+packets for them would leave by the default route. Those are refused (`ippool_crd`, `ipam`), and
+`pool_hint` names a range inside the cluster's own pod range that no node's podCIDR ever uses.
 """
 
 from __future__ import annotations
@@ -38,6 +47,10 @@ MAX_NODES = 250
 ROOTLESS = "rootless"
 NETNS = "netns"
 MODES = (ROOTLESS, NETNS)
+UNDERLAY_CIDR = ipaddress.IPv4Network("10.200.0.0/24")
+UNDERLAY_HOST_IP = "10.200.0.254"  # the host namespace's address on every host link
+LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
+LOOPBACK_V6 = ipaddress.IPv6Network("::1/128")
 
 
 class NetworkError(Exception):
@@ -93,6 +106,12 @@ class ClusterNetwork:
             raise NetworkError(f"node index {node_index} is outside 0..{MAX_NODES - 1}")
         return list(self.pod_cidr.subnets(new_prefix=24))[node_index + 1]
 
+    def node_pod_gateway(self, node_index: int) -> str:
+        """The first address of the node's pod /24 (IPAM never hands it out): rootless, the
+        node's InternalIP; netns, the node's source address toward joined peers, so their
+        replies come back through the pod range they route."""
+        return str(self.node_pod_cidr(node_index).network_address + 1)
+
     def node_ip(self, node_index: int) -> str:
         """The node's InternalIP: rootless, the first address of its pod range (like a cni0
         bridge); netns, its address on the cluster's fabric."""
@@ -103,6 +122,24 @@ class ClusterNetwork:
         return str(self.node_pod_cidr(node_index).network_address + 1)
 
     @property
+    def underlay_ip(self) -> str:
+        """Netns mode: the router namespace's address on the underlay (host and joined clusters)."""
+        if self.fabric_cidr is None:
+            raise NetworkError("only a netns-mode cluster is on the underlay")
+        return str(UNDERLAY_CIDR.network_address + 1 + self.index)
+
+    @property
+    def own_ranges(self) -> tuple[ipaddress.IPv4Network, ...]:
+        """Every range whose addresses belong to this cluster (pods, Services, netns: the fabric)."""
+        return (self.pod_cidr, self.service_cidr, *((self.fabric_cidr,) if self.fabric_cidr else ()))
+
+    @property
+    def pool_hint(self) -> str:
+        """A range for an IP pool inside the pod range that no node's podCIDR uses (nodes take
+        the /24s from .1 up to .250)."""
+        return str(ipaddress.IPv4Network(f"{self.pod_cidr.network_address + 252 * 256}/22"))
+
+    @property
     def api_service_ip(self) -> str:
         """`kubernetes.default` gets the first address of the service range, as on real clusters."""
         return str(self.service_cidr.network_address + 1)
@@ -110,6 +147,13 @@ class ClusterNetwork:
     @property
     def dns_service_ip(self) -> str:
         return str(self.service_cidr.network_address + 10)
+
+
+def is_local_range(cidr: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    """Whether every address of `cidr` stays on this machine without any route (loopback)."""
+    if isinstance(cidr, ipaddress.IPv4Network):
+        return cidr.subnet_of(LOOPBACK_V4)
+    return cidr.subnet_of(LOOPBACK_V6)
 
 
 def max_clusters(mode: str) -> int:

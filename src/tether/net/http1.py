@@ -34,6 +34,8 @@ MAX_HEAD_BYTES = 256 * 1024
 MAX_CHUNK_LINE = 1024
 
 FIXED, CHUNKED, UNTIL_CLOSE = range(3)  # how a body ends: `BodyDecoder` framings
+LINE = -1  # `BodyDecoder.wants`: one CRLF-ended line
+_READ_SIZE = 64 * 1024
 
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _DIGITS = re.compile(r"[0-9]{1,19}")
@@ -206,6 +208,18 @@ class BodyDecoder:
                 if end == 0:
                     self.complete = True
                     return True
+
+    def wants(self) -> int:
+        """What a reader that must not read past the body (a server: the next request may
+        follow) reads next: `LINE`, or up to that many bytes; 0 once the body is complete."""
+        if self.complete:
+            return 0
+        if self.framing == UNTIL_CLOSE:
+            return _READ_SIZE
+        state = self._state
+        if self.framing == FIXED or state == _DATA:
+            return min(self._remaining, _READ_SIZE) if self.framing == CHUNKED else self._remaining
+        return 2 if state == _DATA_END else LINE
 
     def eof(self) -> None:
         """The connection ended: completes a body read until the end, else `IncompleteMessage`."""

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import os
-import re
 import socket
 import ssl
 import time
@@ -22,6 +21,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from tether.net import http1
 from tether.net.connections import (
     Admission,
     Connection,
@@ -45,24 +45,6 @@ SWEEP_INTERVAL_S = 1.0  # idle timeouts end up to this late (see _Deadlines)
 # client may lose the answer it has not read yet (Go's server lingers the same way).
 LINGER_S = 2.0
 LINGER_BYTES = 64 * 1024 * 1024
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-class BadHttpRequest(Exception):
-    pass
-
-
-class UnsupportedTransferEncoding(Exception):
-    pass
-
-
-# Lengths as RFC 9112 writes them: digits only (no sign, no "_", no spaces inside), which is also
-# what Go's server accepts. A chunk size is hex digits, optionally followed by extensions.
-_DECIMAL = re.compile(rb"[0-9]{1,19}")
-_CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]{1,16})[ \t]*(;[^\r\n]*)?\r\n")
 
 
 @dataclass
@@ -144,35 +126,6 @@ def _head(status: int, headers: list[tuple[str, str]]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def _read_line(reader: asyncio.StreamReader) -> bytes:
-    try:
-        return await reader.readuntil(b"\r\n")
-    except asyncio.LimitOverrunError as exc:
-        raise BadHttpRequest("chunked encoding line too long") from exc
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    body = bytearray()
-    while True:
-        match = _CHUNK_SIZE.fullmatch(await _read_line(reader))
-        if match is None:
-            raise BadHttpRequest("bad chunk size")
-        size = int(match.group(1), 16)
-        if size == 0:
-            # Trailers, if any, end with an empty line; they count against the header limit.
-            trailers = 0
-            while (line := await _read_line(reader)) != b"\r\n":
-                trailers += len(line)
-                if trailers > MAX_HEADER_BYTES:
-                    raise BadHttpRequest("chunked trailers too large")
-            return bytes(body)
-        if len(body) + size > MAX_BODY_BYTES:
-            raise BodyTooLarge
-        body += await reader.readexactly(size)
-        if await reader.readexactly(2) != b"\r\n":
-            raise BadHttpRequest("chunk data not followed by CRLF")
-
-
 async def _linger(reader: asyncio.StreamReader) -> None:
     """Drain the rest of a refused request, bounded in time and bytes, before the close."""
     deadline = time.monotonic() + LINGER_S
@@ -188,29 +141,6 @@ async def _linger(reader: asyncio.StreamReader) -> None:
         if not chunk:
             return
         left -= len(chunk)
-
-
-def _parse_head(raw: bytes) -> tuple[str, str, dict[str, str], str]:
-    try:
-        text = raw.decode("latin-1")
-    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
-        raise BadHttpRequest("undecodable head") from exc
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise BadHttpRequest(f"bad request line {lines[0]!r}")
-    method, target, version = parts
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise BadHttpRequest(f"bad header line {line!r}")
-        key = name.strip().lower()
-        value = value.strip()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return method, target, headers, version
 
 
 class _Deadlines:
@@ -379,34 +309,32 @@ class HttpServer:
             finally:
                 due.pop(task, None)
             try:
-                method, target, headers, version = _parse_head(raw[:-4])
-            except BadHttpRequest as exc:
+                head = http1.parse_request_head(raw[:-4])
+            except http1.ProtocolError as exc:
                 await self._simple(writer, 400, str(exc).encode())
                 return
-            due[task] = time.monotonic() + IDLE_TIMEOUT_S  # a client that stalls mid-body
             try:
-                body = await self._read_body(reader, headers)
-            except BodyTooLarge:
+                body = await self._read_body(reader, head, due, task)
+            except http1.BodyTooLarge:
                 await self._send(writer, await self._handler_error(413), keep_alive=False)
                 await _linger(reader)
                 return
-            except BadHttpRequest as exc:
-                await self._simple(writer, 400, str(exc).encode())
-                await _linger(reader)
-                return
-            except UnsupportedTransferEncoding:
+            except http1.UnsupportedCoding:
                 await self._simple(writer, 501, b"unsupported transfer encoding")
                 await _linger(reader)
                 return
-            finally:
-                due.pop(task, None)
+            except http1.ProtocolError as exc:
+                await self._simple(writer, 400, str(exc).encode())
+                await _linger(reader)
+                return
+            target = head.target
             split = urlsplit(target)
             request = Request(
-                method=method,
+                method=head.method,
                 target=target,
                 path=unquote(split.path),
                 query=parse_qs(split.query, keep_blank_values=True),
-                headers=headers,
+                headers=head.headers,
                 body=body,
                 reader=reader,
                 writer=writer,
@@ -424,7 +352,7 @@ class HttpServer:
                     raise
                 await reply.handler(reader, writer)
                 return
-            keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+            keep_alive = head.version == "HTTP/1.1" and head.keep_alive  # no 1.0 keep-alive
             if isinstance(reply, StreamResponse):
                 self._streaming.add(task)
                 try:
@@ -446,23 +374,30 @@ class HttpServer:
         )
         return Response(status, request_too_large)
 
-    async def _read_body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-        encoding = headers.get("transfer-encoding")
-        if encoding is not None:
-            # Anything but plain chunked would leave the body's end unknown (and the next
-            # request misread), so it is refused as Go's server refuses it.
-            if encoding.strip().lower() != "chunked":
-                raise UnsupportedTransferEncoding
-            return await _read_chunked(reader)
-        length_text = headers.get("content-length", "").strip()
-        if not length_text:
+    @staticmethod
+    async def _read_body(reader: asyncio.StreamReader, head: http1.RequestHead,
+                         due: dict[asyncio.Task[None], float], task: asyncio.Task[None]) -> bytes:
+        """The request's body, read exactly to its end (the next request may follow)."""
+        decoder = http1.request_body(head, limit=MAX_BODY_BYTES)
+        if decoder is None:
             return b""
-        if not _DECIMAL.fullmatch(length_text.encode("latin-1")):
-            raise BadHttpRequest("bad content-length")
-        length = int(length_text)
-        if length > MAX_BODY_BYTES:
-            raise BodyTooLarge
-        return await reader.readexactly(length) if length else b""
+        due[task] = time.monotonic() + IDLE_TIMEOUT_S  # a client that stalls mid-body
+        try:
+            if decoder.framing == http1.FIXED:  # the common case, one read
+                return await reader.readexactly(decoder.wants())
+            buffer = bytearray()
+            while want := decoder.wants():
+                if want == http1.LINE:
+                    try:
+                        buffer += await reader.readuntil(b"\r\n")
+                    except asyncio.LimitOverrunError as exc:
+                        raise http1.ProtocolError("chunk line too long") from exc
+                else:
+                    buffer += await reader.readexactly(want)
+                decoder.feed(buffer)
+            return bytes(decoder.body)
+        finally:
+            due.pop(task, None)
 
     async def _simple(self, writer: asyncio.StreamWriter, status: int, text: bytes) -> None:
         await self._send(writer, Response(status, text, content_type="text/plain"), keep_alive=False)

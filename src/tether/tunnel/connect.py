@@ -3,9 +3,9 @@
 `parse_head` takes the bytes up to and including the blank line and returns a `ConnectRequest`
 or raises `ConnectError` with the status to answer (400 malformed, 405 not CONNECT). It is
 strict where leniency would be ambiguous: one request line `CONNECT host:port HTTP/1.x` (the
-authority form, validated by `destinations.parse_destination`), header names that are HTTP
-tokens, no obsolete line folding, at most `MAX_HEADERS` fields, and no content: a CONNECT
-request has none (RFC 9110 §9.3.6), so any `Transfer-Encoding` and any `Content-Length` but `0`
+authority form, validated by `destinations.parse_destination`), the header rules of
+`tether.net.http1` (token names, no obsolete line folding), at most `MAX_HEADERS` fields, and
+no content: a CONNECT request has none (RFC 9110 §9.3.6), so any `Transfer-Encoding` and any `Content-Length` but `0`
 is refused instead of guessing where the tunnelled bytes begin.
 
 `ConnectPolicy` decides a parsed request for a listener that requires credentials (the hub's
@@ -21,10 +21,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tether.net import http1
 from tether.tunnel.destinations import (
     Destination,
     DestinationError,
@@ -35,8 +35,6 @@ from tether.tunnel.destinations import (
 )
 
 MAX_HEADERS = 100
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
-_VERSION = re.compile(r"HTTP/1\.[01]\Z")
 AUTH_REALM = "tether"
 
 
@@ -66,44 +64,26 @@ def _bad(reason: str) -> ConnectError:
 
 def parse_head(head: bytes) -> ConnectRequest:
     """The request line and headers of one CONNECT request (`head` ends with CRLF CRLF)."""
-    text = head.decode("latin-1")
-    if not text.endswith("\r\n\r\n"):
+    if not head.endswith(b"\r\n\r\n"):
         raise _bad("the request head must end with an empty line")
-    lines = text[:-4].split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not all(parts):
-        raise _bad(f"malformed request line {printable(lines[0])!r}")
-    method, target, version = parts
-    if not _VERSION.match(version):
-        raise _bad(f"unsupported protocol version {printable(version)!r}")
-    if not _TOKEN.match(method):
-        raise _bad(f"malformed method {printable(method)!r}")
-    if method != "CONNECT":
-        raise ConnectError(405, "this proxy only supports CONNECT passthrough")
-    headers = _parse_headers(lines[1:])
     try:
-        destination = parse_destination(target)
+        request = http1.parse_request_head(head[:-4])
+    except http1.ProtocolError as exc:
+        raise _bad(printable(str(exc))) from None
+    if request.method != "CONNECT":
+        raise ConnectError(405, "this proxy only supports CONNECT passthrough")
+    headers = _checked_headers(request.fields)
+    try:
+        destination = parse_destination(request.target)
     except DestinationError as exc:
         raise _bad(f"CONNECT needs an authority-form target host:port: {exc}") from None
-    return ConnectRequest(target, destination, headers)
+    return ConnectRequest(request.target, destination, headers)
 
 
-def _parse_headers(lines: list[str]) -> tuple[tuple[str, str], ...]:
-    if len(lines) > MAX_HEADERS:
+def _checked_headers(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    if len(fields) > MAX_HEADERS:
         raise _bad(f"more than {MAX_HEADERS} header fields")
-    out: list[tuple[str, str]] = []
-    for line in lines:
-        if not line:
-            raise _bad("empty header line")
-        if line[0] in " \t":
-            raise _bad("obsolete line folding is not accepted")
-        name, sep, value = line.partition(":")
-        if not sep or not _TOKEN.match(name):
-            raise _bad(f"malformed header field {printable(line)!r}")
-        value = value.strip(" \t")
-        if any(c in value for c in "\r\n\0"):
-            raise _bad(f"invalid character in header {printable(name)!r}")
-        out.append((name.lower(), value))
+    out = tuple((name.lower(), value) for name, value in fields)
     names = [n for n, _ in out]
     if "transfer-encoding" in names:
         raise _bad("a CONNECT request has no content (Transfer-Encoding)")
@@ -113,7 +93,7 @@ def _parse_headers(lines: list[str]) -> tuple[tuple[str, str], ...]:
     for single in ("host", "proxy-authorization"):
         if names.count(single) > 1:
             raise _bad(f"more than one {single} header")
-    return tuple(out)
+    return out
 
 
 # -- who may CONNECT where ---------------------------------------------------------------------

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from tether.net import http1
+
 Route = Callable[[str], tuple[int, str, str] | None]  # path+query → (status, content type, body)
 REASONS = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden",
            404: "Not Found", 405: "Method Not Allowed", 407: "Proxy Authentication Required",
@@ -27,13 +29,16 @@ def handler(route: Route, *, header_timeout_s: float = 10.0) -> Callable[
         try:
             async with asyncio.timeout(header_timeout_s):
                 head = await reader.readuntil(b"\r\n\r\n")
-            line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-            if len(line) != 3 or not line[2].startswith("HTTP/"):
+            try:
+                request = http1.parse_request_head(head[:-4])
+            except http1.ProtocolError:
+                request = None
+            if request is None:
                 writer.write(response(400, "bad request"))
-            elif line[0] not in ("GET", "HEAD"):
+            elif request.method not in ("GET", "HEAD"):
                 writer.write(response(405, "method not allowed"))
             else:
-                found = route(line[1])
+                found = route(request.target)
                 if found is None:
                     writer.write(response(404, "404 page not found"))
                 else:
@@ -42,7 +47,7 @@ def handler(route: Route, *, header_timeout_s: float = 10.0) -> Callable[
             async with asyncio.timeout(header_timeout_s):
                 await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ConnectionError, UnicodeDecodeError):
+                ConnectionError):
             pass
         finally:
             writer.close()

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.net import http1
+
 Obj = Mapping[str, Any]
 # How a probe reaches host:port within a timeout (netns mode: from the cluster's namespaces).
 Dial = Callable[[str, int, float], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
@@ -57,9 +59,13 @@ async def http_get(host: str, port: int, path: str, headers: Mapping[str, str], 
             head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "Connection: close\r\n\r\n"
             writer.write(head.encode())
             await writer.drain()
-            status_line = await reader.readline()
-            parts = status_line.split()
-            return len(parts) >= 2 and 200 <= int(parts[1]) < 400
+            parser = http1.ResponseParser()
+            while not parser.head_ready:  # the status is all a probe reads (1xx skipped)
+                data = await reader.read(4096)
+                if not data:
+                    return False
+                parser.feed(data)
+            return 200 <= parser.head().status < 400
         finally:
             writer.close()
             with contextlib.suppress(Exception):

@@ -27,6 +27,7 @@ from tether.local.kubelet.exec import CONNECTION_ERRORS
 from tether.local.netns import HostFabric
 from tether.local.resources import ResourceType
 from tether.local.store import Store
+from tether.net import http1
 from tether.net.httpserver import Reply, Request, Response, StreamResponse, UpgradeResponse
 
 DIAL_TIMEOUT_S = 5.0
@@ -192,16 +193,19 @@ class ProxyServer:
             upgrading = bool(request.header("upgrade"))
             writer.write(self._request_head(request, host, port, target, upgrading) + request.body)
             await writer.drain()
-            status, headers = await asyncio.wait_for(_read_head(reader), self.response_timeout_s)
+            parser = http1.ResponseParser(head_request=request.method == "HEAD")
+            await asyncio.wait_for(_read_head(reader, parser), self.response_timeout_s)
+            answer = parser.head()
+            status, headers = answer.status, list(answer.fields)
             if upgrading and status == 101:
                 handed_over = True
-                return UpgradeResponse(headers, _splice(reader, writer))
+                return UpgradeResponse(headers, _splice(reader, writer, parser.take_leftover()))
             kept = [(k, v) for k, v in headers if k.lower() not in NOT_RETURNED]
             content_type = next((v for k, v in headers if k.lower() == "content-type"), "")
             if request.method == "HEAD" or status in (204, 304):
                 return Response(status, b"", headers=kept, content_type=content_type)
             handed_over = True
-            body = _body(reader, writer, headers)
+            body = _body(reader, writer, parser)
             return StreamResponse(status, body, headers=kept, content_type=content_type)
         except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError,
                 asyncio.LimitOverrunError) as exc:
@@ -231,67 +235,44 @@ class ProxyServer:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[int, list[tuple[str, str]]]:
-    while True:
-        raw = await reader.readuntil(b"\r\n\r\n")
-        lines = raw[:-4].decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise ValueError(f"malformed status line {lines[0]!r}")
-        status = int(parts[1])
-        headers = []
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers.append((name.strip(), value.strip()))
-        if 100 <= status < 200 and status != 101:
-            continue  # interim answers (100 Continue) are the backend talking to itself
-        return status, headers
+async def _read_head(reader: asyncio.StreamReader, parser: http1.ResponseParser) -> None:
+    """Until the backend's answer head is in (1xx interim answers skipped by the parser)."""
+    while not parser.head_ready:
+        data = await reader.read(READ_CHUNK)
+        if not data:
+            parser.feed_eof()  # raises: no head
+        parser.feed(data)
 
 
 async def _body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                headers: list[tuple[str, str]]) -> AsyncIterator[bytes]:
+                parser: http1.ResponseParser) -> AsyncIterator[bytes]:
     """The response body, de-framed (our server re-chunks it); closes the backend at the end."""
-    fields = {k.lower(): v for k, v in headers}
-
-    async def read(call: Any) -> bytes:
-        data: bytes = await asyncio.wait_for(call, BODY_IDLE_TIMEOUT_S)
-        return data
-
     try:
-        if "chunked" in fields.get("transfer-encoding", "").lower():
-            while True:
-                size_line = await read(reader.readuntil(b"\r\n"))
-                size = int(size_line.split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    return
-                left = size
-                while left:
-                    data = await read(reader.read(min(left, READ_CHUNK)))
-                    if not data:
-                        return
-                    left -= len(data)
-                    yield data
-                await read(reader.readexactly(2))
-        elif "content-length" in fields:
-            left = int(fields["content-length"])
-            while left > 0:
-                data = await read(reader.read(min(left, READ_CHUNK)))
-                if not data:
-                    return
-                left -= len(data)
-                yield data
-        else:
-            while data := await read(reader.read(READ_CHUNK)):
-                yield data
+        while True:
+            if piece := parser.take_body():
+                yield piece
+            if parser.complete:
+                return
+            data = await asyncio.wait_for(reader.read(READ_CHUNK), BODY_IDLE_TIMEOUT_S)
+            if not data:
+                with contextlib.suppress(http1.ProtocolError):
+                    parser.feed_eof()
+                if piece := parser.take_body():
+                    yield piece
+                return
+            parser.feed(data)
     finally:
         writer.close()
 
 
-def _splice(backend_reader: asyncio.StreamReader, backend_writer: asyncio.StreamWriter) -> Any:
-    """After a 101 from the backend: bytes both ways until either side is done."""
+def _splice(backend_reader: asyncio.StreamReader, backend_writer: asyncio.StreamWriter,
+            early: bytes) -> Any:
+    """After a 101 from the backend: bytes both ways until either side is done (`early`: what
+    the backend sent right after its 101)."""
 
     async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if early:
+            writer.write(early)
         async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
             while data := await source.read(READ_CHUNK):
                 sink.write(data)

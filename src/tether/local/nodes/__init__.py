@@ -23,7 +23,7 @@ def build(cluster: LocalCluster) -> list[Component]:
     from tether.local.nodes.scheduler import Scheduler
 
     ippool_crd.ensure_crd(cluster.ops)
-    cluster.ops.admission.append(ippool_crd.admission(cluster.ops))
+    cluster.ops.admission.append(ippool_crd.admission(cluster.ops, cluster.network))
     return [
         NodeManager(cluster.ops, cluster.network, cluster.config.name, cluster.config.nodes),
         Scheduler(cluster.ops),

@@ -20,7 +20,9 @@ Where an address comes from, as Calico IPAM decides with node-selector pools:
 - Otherwise the address comes from the node's `spec.podCIDRs`/`spec.podCIDR` (as kwok does),
   skipping the network, broadcast and first address (the node's own bridge address).
 
-Only IPv4 is assigned (Calico's default `assign_ipv4: true, assign_ipv6: false`). Host-network
+A rootless cluster gives no address outside 127.0.0.0/8 (nothing on this machine would route it:
+packets to it would leave by the default route); a pool or podCIDR there is reported with the fix
+(`non_local_message`). Only IPv4 is assigned (Calico's default `assign_ipv4: true, assign_ipv6: false`). Host-network
 pods get the node's InternalIP and hold nothing. The allocator's state lives in memory: it is
 rebuilt from the stored pods' `status.podIP` on first use (a repair pass, like the apiserver's
 IP allocator repair loop), and leaked addresses of pods that no longer exist are reclaimed before
@@ -38,6 +40,7 @@ from ipaddress import IPv4Address, IPv4Network
 from typing import TYPE_CHECKING, Any
 
 from tether.local import events
+from tether.local.network import ROOTLESS, ClusterNetwork, is_local_range
 from tether.local.operations import Operations
 from tether.local.store import Store
 from tether.objects import Obj, calico_selector
@@ -76,6 +79,25 @@ class Pool:
     @property
     def usable(self) -> bool:
         return self.cidr is not None and self.selector is not None and not self.disabled and self.for_workloads
+
+    @property
+    def usable_somewhere(self) -> bool:
+        """Whether IPAM may give pods its addresses (on the nodes its selector picks)."""
+        return not self.disabled and self.for_workloads
+
+
+FIX = ("use a range inside 127.0.0.0/8 ({hint}), or run the cluster as root in --netns mode "
+       "(`sudo tether local up --netns`), where every pool's range is routed on this machine")
+
+
+def non_local_message(pool: Pool, network: ClusterNetwork) -> str:
+    """Why a rootless cluster cannot use `pool` ("" when it can), with the fix."""
+    if pool.cidr is None or is_local_range(pool.cidr):
+        return ""
+    hint = f"this cluster's pod range keeps {network.pool_hint} free for pools"
+    return (f"IPPool {pool.name} ({pool.cidr}) is outside 127.0.0.0/8: this local cluster runs rootless and "
+            "keeps only loopback addresses on this machine, so pods given this pool's addresses would be "
+            f"unreachable and packets to them would leave it; {FIX.format(hint=hint)}")
 
 
 def pool_from_object(obj: Mapping[str, Any]) -> Pool:
@@ -145,8 +167,10 @@ def node_cidrs(node: Mapping[str, Any]) -> list[IPv4Network]:
     return found
 
 
-def address_source(node: Mapping[str, Any], pools: Sequence[Pool]) -> Source:
-    """Which ranges may give `node`'s pods addresses (pure: Calico's pool choice, or podCIDR)."""
+def address_source(node: Mapping[str, Any], pools: Sequence[Pool], network: ClusterNetwork | None = None) -> Source:
+    """Which ranges may give `node`'s pods addresses (pure: Calico's pool choice, or podCIDR);
+    for a rootless cluster's `network`, only ranges inside 127.0.0.0/8."""
+    rootless = network is not None and network.mode == ROOTLESS
     meta = node.get("metadata") or {}
     name = meta.get("name", "")
     labels = meta.get("labels") or {}
@@ -159,6 +183,10 @@ def address_source(node: Mapping[str, Any], pools: Sequence[Pool]) -> Source:
                                for p in sorted(enabled, key=lambda p: p.name))
             return Source(problem=f'no configured Calico pools for node "{name}": no enabled IPPool\'s '
                                   f"nodeSelector matches its labels ({listed})")
+        if rootless and network is not None:
+            refused = [message for p in chosen if (message := non_local_message(p, network))]
+            if refused:
+                return Source(problem="; ".join(refused))
         return Source(ranges=tuple(
             Range(p.cidr, p.block_size, frozenset(_edges(p.cidr)), f"IPPool {p.name} ({p.cidr})")
             for p in chosen if p.cidr is not None
@@ -166,6 +194,12 @@ def address_source(node: Mapping[str, Any], pools: Sequence[Pool]) -> Source:
     cidrs = node_cidrs(node)
     if not cidrs:
         return Source(problem=f'node "{name}" has no spec.podCIDR and no enabled IPPool exists')
+    outside = [str(c) for c in cidrs if not is_local_range(c)]
+    if rootless and outside and network is not None:
+        hint = f"leave spec.podCIDR unset and tether assigns one in {network.pod_cidr}"
+        return Source(problem=f'node "{name}" has podCIDR {", ".join(outside)} outside 127.0.0.0/8: this local '
+                              "cluster runs rootless and keeps only loopback addresses on this machine, so its "
+                              f"pods would be unreachable and packets to them would leave it; {FIX.format(hint=hint)}")
     return Source(ranges=tuple(
         # The first address is the node's own (its InternalIP, like a cni0 bridge).
         Range(c, c.prefixlen, frozenset(_edges(c) | {int(c.network_address) + 1}), f"podCIDR {c}")
@@ -238,8 +272,9 @@ def _node_ip(node: Mapping[str, Any]) -> str:
 class PodAddresses:
     """Pod IPs for one cluster: see the module docstring for the contract."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, network: ClusterNetwork | None = None) -> None:
         self._store = store
+        self._network = network  # rootless: only loopback ranges give addresses
         self._by_pod: dict[tuple[str, str], Allocation] = {}
         self._used: set[int] = set()
         self._affinity: dict[IPv4Network, str] = {}
@@ -251,7 +286,7 @@ class PodAddresses:
         return [pool_from_object(o) for o in self._store.list_objects(IPPOOLS)]
 
     def source_for(self, node: Mapping[str, Any]) -> Source:
-        return address_source(node, self.pools())
+        return address_source(node, self.pools(), self._network)
 
     def address_of(self, pod: Mapping[str, Any]) -> str | None:
         self._ensure_loaded()
@@ -383,5 +418,5 @@ def for_cluster(cluster: LocalCluster) -> PodAddresses:
     """The one PodAddresses of `cluster` (made on first use; it goes with the cluster)."""
     found = _per_cluster.get(cluster)
     if found is None:
-        found = _per_cluster[cluster] = PodAddresses(cluster.store)
+        found = _per_cluster[cluster] = PodAddresses(cluster.store, cluster.network)
     return found

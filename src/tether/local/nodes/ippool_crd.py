@@ -1,7 +1,9 @@
 """The `ippools.projectcalico.org` CRD (Calico's v3 IPPool) and the checks Calico's API server makes.
 
 Registered through `Operations` like any client would, so `kubectl apply` of Calico manifests
-works; its printer columns follow `calicoctl get ippool -o wide`.
+works; its printer columns follow `calicoctl get ippool -o wide`. One check is tether's own: a
+rootless cluster refuses an enabled workload pool outside 127.0.0.0/8, whose addresses it could
+not keep on this machine (see `tether.local.network`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import ipaddress
 from collections.abc import Callable
 
 from tether.local.errors import ApiError, Cause, invalid
-from tether.local.nodes.ipam import IPPOOLS, pool_from_object
+from tether.local.network import ROOTLESS, ClusterNetwork
+from tether.local.nodes.ipam import IPPOOLS, non_local_message, pool_from_object
 from tether.local.operations import Operations, WriteOptions
 from tether.local.resources import ResourceType
 from tether.objects import Obj, calico_selector
@@ -89,14 +92,20 @@ def ensure_crd(ops: Operations) -> None:
             raise
 
 
-def ippool_causes(obj: Obj, others: list[Obj]) -> list[Cause]:
-    """What Calico's API server would reject in an IPPool (pure)."""
+def ippool_causes(obj: Obj, others: list[Obj], network: ClusterNetwork | None = None) -> list[Cause]:
+    """What Calico's API server would reject in an IPPool, and (given a rootless cluster's
+    `network`) a pool whose addresses would leave this machine (pure)."""
     spec = obj.get("spec") or {}
     causes: list[Cause] = []
     try:
         cidr = ipaddress.ip_network(str(spec.get("cidr", "")), strict=False)
     except ValueError:
         return [Cause("FieldValueInvalid", f"Invalid value: {spec.get('cidr')!r}: must be a CIDR", "spec.cidr")]
+    pool = pool_from_object(obj)
+    if network is not None and network.mode == ROOTLESS and pool.cidr is not None and pool.usable_somewhere:
+        problem = non_local_message(pool, network)
+        if problem:
+            causes.append(Cause("FieldValueInvalid", f'Invalid value: "{cidr}": {problem}', "spec.cidr"))
     block = spec.get("blockSize")
     low, high = (20, 32) if cidr.version == 4 else (116, 128)
     if isinstance(block, int) and not low <= block <= high:
@@ -121,13 +130,14 @@ def ippool_causes(obj: Obj, others: list[Obj]) -> list[Cause]:
     return causes
 
 
-def admission(ops: Operations) -> Callable[[ResourceType, Obj, Obj | None], None]:
-    """An admission plugin for `ops.admission` that validates IPPools as calico-apiserver does."""
+def admission(ops: Operations, network: ClusterNetwork | None = None) -> Callable[[ResourceType, Obj, Obj | None], None]:
+    """An admission plugin for `ops.admission` that validates IPPools as calico-apiserver does
+    (and, given the cluster's `network`, refuses pools a rootless cluster cannot keep local)."""
 
     def admit(rt: ResourceType, obj: Obj, current: Obj | None) -> None:
-        if rt.group != "projectcalico.org" or rt.kind != "IPPool":
+        if rt.group not in ("projectcalico.org", "crd.projectcalico.org") or rt.kind != "IPPool":
             return
-        causes = ippool_causes(obj, ops.store.list_objects(IPPOOLS))
+        causes = ippool_causes(obj, ops.store.list_objects(IPPOOLS), network)
         if causes:
             raise invalid(rt.kind, obj.get("metadata", {}).get("name", ""), causes, rt.group)
 

@@ -1,5 +1,5 @@
 """Services for local clusters: ClusterIP/NodePort allocation, Endpoints and EndpointSlices,
-a userspace service proxy and a cluster DNS server.
+a userspace service proxy, a cluster DNS server and (netns mode) the host's routes to them.
 
 `build(cluster)` adds the allocation admission plugin to `cluster.ops.admission` and returns the
 components (each with `async def run()`); `dns.address_for(cluster)` says where DNS listens.
@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tether.local.componentlog import ComponentLog
+from tether.local.network import NETNS
 from tether.local.services.allocation import ServiceAllocator
 from tether.local.services.dns import ADDRESS_FILE, DnsServer, address_for
 from tether.local.services.endpoints import EndpointsController
+from tether.local.services.hostroutes import HostRoutes
 from tether.local.services.proxy import ProxyConfig, ServiceProxy
 from tether.local.services.registry import ServiceRegistry
 
@@ -23,7 +25,9 @@ __all__ = ["DnsServer", "EndpointsController", "ServiceAllocator", "ServiceProxy
            "address_for", "build"]
 
 
-def build(cluster: LocalCluster) -> list[Component]:
+def build(cluster: LocalCluster, *, api_server_only: bool = False) -> list[Component]:
+    """The Service parts; with `api_server_only` those of kube-apiserver itself (IP allocation
+    and the `kubernetes` Service), without the Endpoints controller, proxy and DNS."""
     allocator = ServiceAllocator(cluster.store, cluster.network)
     cluster.ops.admission.append(allocator)
     registry = ServiceRegistry(
@@ -31,7 +35,12 @@ def build(cluster: LocalCluster) -> list[Component]:
         api_address=lambda: (cluster.api_host, cluster.port),
         wait_started=lambda: cluster.started.wait(),  # `started` exists once __init__ is done
     )
+    if api_server_only:
+        return [registry]  # nothing serves ClusterIPs: in netns mode the fabric's sink keeps them local
+    # netns mode: ClusterIPs reachable from the host, every other cluster address kept local
+    routes: list[Component] = [HostRoutes(cluster.store, cluster.fabric)] if cluster.network.mode == NETNS else []
     return [
+        *routes,
         registry,
         EndpointsController(cluster.ops),
         ServiceProxy(cluster.store, ProxyConfig(node_port_host=cluster.fabric.node_port_host),

@@ -1,0 +1,200 @@
+"""The underlay: the one place where netns-mode clusters are joined to each other and to the host.
+
+A cluster's router namespace is its gateway; the underlay is the network between gateways,
+10.200.0.0/24 (cluster i's router has 10.200.0.(i+1), the host namespace 10.200.0.254). Nothing
+is joined by default: two clusters' pods reach each other, and a cluster's pods reach the host,
+only after `join`, and until `leave` (or until either side goes down). A join is
+
+- a link per peer: a veth pair between the two routers (`to-<j>` in cluster i's router, `to-<i>`
+  in cluster j's), each end with its router's underlay address and the peer's as point-to-point
+  peer; for the host, the host link every netns cluster has anyway (`to-host`, see
+  `tether.local.netns`);
+- routes, tagged like every route tether adds: in each router, the peer's pod and Service ranges
+  via the peer's underlay address (the host: its underlay address); in each node, the same
+  destinations via its router, from the node's own pod-range address (pods share their node's
+  network namespace, and a peer routes back the pod range, never the fabric); on the host (a join with the host), the cluster's pod range
+  through the host link instead of the sink; and forwarding on in the routers.
+
+So a member's pods reach the hub the same way whatever the hub is: the hub cluster's Service
+range (its `kubernetes` ClusterIP) over a cluster join, or the host's underlay address (where
+`tether hub run` or a forwarder listens) over a join with the host. A WireGuard mesh replaces the
+veth pair with a tunnel interface per peer (WireGuard's AllowedIPs are the routes above) and keeps
+the rest: one device per peer, one underlay address per site, the same routes.
+
+`join`, `leave` and `peers` run `ip` against namespaces that exist (the clusters are up); they are
+idempotent. Nodes added to a cluster later copy the router's join routes (`NetnsFabric`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from ipaddress import IPv4Network
+
+from tether.local.netns import (
+    HOST_LINK,
+    NETNS_DIR,
+    RTPROTO,
+    UNDERLAY_METRIC,
+    NetnsError,
+    device_exists,
+    enable_forwarding,
+    link_device,
+    list_namespaces,
+    node_slot,
+    peer_link,
+    router_namespace,
+    run_ip,
+    underlay_node_route,
+)
+from tether.local.network import NETNS, UNDERLAY_HOST_IP, ClusterNetwork
+
+
+class Host:
+    """The host namespace as an underlay peer."""
+
+    def __repr__(self) -> str:
+        return "HOST"
+
+
+HOST = Host()
+Peer = ClusterNetwork | Host
+
+
+# the plan (pure) ---------------------------------------------------------------------------------
+
+
+def reached_through(peer: Peer) -> tuple[IPv4Network, ...]:
+    """What a router routes to `peer` once joined: its pod and Service ranges, or the host's
+    underlay address. The fabric stays private: an isolated API server stays isolated."""
+    if isinstance(peer, Host):
+        return (IPv4Network(f"{UNDERLAY_HOST_IP}/32"),)
+    return (peer.pod_cidr, peer.service_cidr)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One router's half of a join: its device toward the peer and what it routes there."""
+
+    network: ClusterNetwork
+    peer: Peer
+
+    @property
+    def router(self) -> str:
+        return router_namespace(self.network.index)
+
+    @property
+    def device(self) -> str:
+        return HOST_LINK if isinstance(self.peer, Host) else peer_link(self.peer.index)
+
+    def router_route(self, verb: str, dst: IPv4Network) -> list[str]:
+        head = ["-n", self.router, "route", verb, str(dst)]
+        tail = ["dev", self.device, "proto", RTPROTO, "metric", str(UNDERLAY_METRIC)]
+        if isinstance(self.peer, Host) or verb == "del":
+            return head + tail  # the host's address is the link's own peer address
+        return [*head, "via", self.peer.underlay_ip, "onlink", *tail]
+
+    def node_route(self, verb: str, node: str, dst: IPv4Network) -> list[str]:
+        slot = node_slot(self.network, node)
+        if slot is None:
+            raise NetnsError(f"{node} is not a node namespace of cluster index {self.network.index}")
+        return ["-n", node, *underlay_node_route(verb, self.network, slot, dst)]
+
+
+def _check(network: ClusterNetwork) -> None:
+    if network.mode != NETNS:
+        raise NetnsError(f"cluster index {network.index} is rootless: only --netns clusters are on the underlay")
+
+
+def veth_commands(a: ClusterNetwork, b: ClusterNetwork) -> list[list[str]]:
+    """The link between two routers (a veth pair today, a tunnel per peer with a mesh)."""
+    ra, rb = router_namespace(a.index), router_namespace(b.index)
+    da, db = peer_link(b.index), peer_link(a.index)
+    return [
+        ["-n", ra, "link", "add", da, "type", "veth", "peer", "name", db, "netns", rb],
+        ["-n", ra, "addr", "replace", a.underlay_ip, "peer", f"{b.underlay_ip}/32", "dev", da],
+        ["-n", rb, "addr", "replace", b.underlay_ip, "peer", f"{a.underlay_ip}/32", "dev", db],
+        ["-n", ra, "link", "set", da, "up"],
+        ["-n", rb, "link", "set", db, "up"],
+    ]
+
+
+def host_route(verb: str, network: ClusterNetwork) -> list[str]:
+    """The host's route to a joined cluster's pods: through its host link, not its sink."""
+    head = ["route", verb, str(network.pod_cidr)]
+    if verb == "del":
+        return [*head, "dev", link_device(network.index), "proto", RTPROTO]
+    return [*head, "via", network.underlay_ip, "dev", link_device(network.index), "onlink", "proto", RTPROTO]
+
+
+# applying it -------------------------------------------------------------------------------------
+
+
+def _nodes_of(network: ClusterNetwork) -> list[str]:
+    pattern = re.compile(rf"tether-{network.index}-n\d+")
+    return [n for n in list_namespaces() if pattern.fullmatch(n)]
+
+
+def _require_up(network: ClusterNetwork) -> None:
+    router = router_namespace(network.index)
+    if not (NETNS_DIR / router).exists():
+        raise NetnsError(f"cluster index {network.index} has no router namespace {router}: is it up "
+                         "(`tether local up --netns`)?")
+
+
+def _sides(a: ClusterNetwork, b: Peer) -> list[Side]:
+    return [Side(a, b)] + ([Side(b, a)] if isinstance(b, ClusterNetwork) else [])
+
+
+async def join(a: ClusterNetwork, b: Peer) -> None:
+    """Join cluster `a` with cluster `b` or with the host (`HOST`); a no-op when joined."""
+    _check(a)
+    _require_up(a)
+    if isinstance(b, ClusterNetwork):
+        _check(b)
+        _require_up(b)
+        if b.index == a.index:
+            raise NetnsError(f"cluster index {a.index} cannot be joined with itself")
+        if not device_exists(peer_link(b.index), router_namespace(a.index)):
+            for command in veth_commands(a, b):
+                await run_ip(command)
+    for side in _sides(a, b):
+        await asyncio.to_thread(enable_forwarding, side.router)
+        for dst in reached_through(side.peer):
+            await run_ip(side.router_route("replace", dst))
+            for node in _nodes_of(side.network):
+                await run_ip(side.node_route("replace", node, dst))
+    if isinstance(b, Host):
+        await run_ip(host_route("replace", a))
+
+
+async def leave(a: ClusterNetwork, b: Peer) -> None:
+    """Undo `join(a, b)`; a no-op for what is already gone."""
+    _check(a)
+    if isinstance(b, Host):
+        await run_ip(host_route("del", a), check=False)
+    for side in _sides(a, b):
+        if not (NETNS_DIR / side.router).exists():
+            continue
+        for dst in reached_through(side.peer):
+            await run_ip(side.router_route("del", dst), check=False)
+            for node in _nodes_of(side.network):
+                await run_ip(side.node_route("del", node, dst), check=False)
+    if isinstance(b, ClusterNetwork) and (NETNS_DIR / router_namespace(a.index)).exists():
+        await run_ip(["-n", router_namespace(a.index), "link", "del", peer_link(b.index)], check=False)
+
+
+async def peers(a: ClusterNetwork) -> list[Peer]:
+    """Who cluster `a` is joined with now, read from its router's routes."""
+    _check(a)
+    _require_up(a)
+    text = await run_ip(["-n", router_namespace(a.index), "-j", "-4", "route", "show", "proto", RTPROTO])
+    try:
+        devices = {str(r.get("dev", "")) for r in json.loads(text or "[]") if isinstance(r, dict)}
+    except ValueError:
+        devices = set()
+    found: list[Peer] = [HOST] if HOST_LINK in devices else []
+    indexes = sorted(int(d.removeprefix("to-")) for d in devices if re.fullmatch(r"to-\d+", d))
+    return found + [ClusterNetwork.netns(i) for i in indexes]
