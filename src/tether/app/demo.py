@@ -399,9 +399,9 @@ def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> l
     lines = [
         f"export KUBECONFIG={layout.kubeconfig}",
         "kubectl config get-contexts                # hub, cluster, cluster1",
-        "tether clusters --host-context hub",
-        f"tether get deployments -n {NAMESPACE} --host-context hub -o wide",
-        f"tether describe deployment/{DEPLOYMENT} -n {NAMESPACE} --host-context hub -C cluster",
+        "tether clusters --context hub",
+        f"tether get deployments -n {NAMESPACE} --context hub -o wide",
+        f"tether describe deployment/{DEPLOYMENT} -n {NAMESPACE} --context hub -C cluster",
         f"kubectl --context hub -n {NAMESPACE} get federateddeployment {DEPLOYMENT} -o yaml",
         f"kubectl --context cluster1 -n {NAMESPACE} get deploy,pods",
         f"kubectl --context hub -n {KARMADA_NAMESPACE} get deploy,pods   # 6/6 ready: the members' sum; "
