@@ -1,7 +1,7 @@
-"""When the Karmada controller starts and stops watching a template kind, with the events
-ordered by hand: a policy arriving while the record of finalized kinds is written, an add of a
-kind racing its discard, a template of a kind nothing needs, and a watch asked for while the
-controller stops."""
+"""When the sync controllers start and stop watching a kind, with the events ordered by hand:
+a policy (or an enabled FederatedTypeConfig) arriving while the record of finalized kinds is
+written, an add of a kind racing its discard, a template of a kind nothing needs, and a watch
+asked for while the controller stops."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ import pytest
 from tether.federation._util import start_in
 from tether.federation.finalizing import KindRecord, decode
 from tether.federation.metrics import HubMetrics
-from tether.federation.propagation import HubInformers, KarmadaController
+from tether.federation.propagation import (
+    HubInformers,
+    KarmadaController,
+    KubeFedController,
+    _FedType,
+)
 from tether.kube import Informer, KubeClient, ObjectKey, WatchEvent
 
 DEPLOY = ("apps/v1", "Deployment")
@@ -129,3 +134,36 @@ async def test_a_watch_asked_for_while_the_group_stops_is_a_cancellation() -> No
             group.create_task(fail())
     assert len(seen) == 1 and isinstance(seen[0], asyncio.CancelledError)
     assert inspect.getcoroutinestate(late[0]) == inspect.CORO_CLOSED
+
+
+FED = ("types.kubefed.io/v1beta1", "FederatedConfigMap")
+FTC = {"apiVersion": "core.kubefed.io/v1beta1", "kind": "FederatedTypeConfig",
+       "metadata": {"name": "configmaps", "namespace": "kube-federation-system"},
+       "spec": {"propagation": "Enabled",
+                "federatedType": {"group": "types.kubefed.io", "version": "v1beta1",
+                                  "kind": "FederatedConfigMap"},
+                "targetType": {"version": "v1", "kind": "ConfigMap", "scope": "Namespaced"}}}
+
+
+async def test_a_type_enabled_again_while_the_record_is_written_stays_watched() -> None:
+    host = GatedHost()
+    client = cast(KubeClient, host)
+    ctrl = KubeFedController(host=client, shared=HubInformers(client), metrics=HubMetrics())
+    ctrl.record.loaded = True
+    ctrl.record.kinds = {FED}
+    ctrl._group = cast(Any, object())  # running; re-enabling a draining type starts no task
+    watch = asyncio.create_task(asyncio.sleep(3600))
+    informer = _listed(Informer(client, *FED))
+    ctrl.types[FED[1]] = _FedType("", FED[0], "", "", "", informer, watch, draining=True)
+    try:
+        releasing = asyncio.create_task(ctrl._reconcile_kind(FED[1]))
+        await asyncio.wait_for(host.writing.wait(), 10)
+        _listed(ctrl.ftcs, FTC)
+        ctrl._sync_types()
+        host.gate.set()
+        await asyncio.wait_for(releasing, 10)
+        assert FED[1] in ctrl.types and not ctrl.types[FED[1]].draining
+        assert not watch.cancelled()
+    finally:
+        ctrl._group = None
+        watch.cancel()

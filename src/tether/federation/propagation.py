@@ -494,20 +494,31 @@ class KubeFedController(_Base[FedKey]):
             return
         informer = fed_type.informer
         gvk = (fed_type.api_version, kind)
-        works = sum(1 for g in self._work_kinds.values() if g == gvk)
-        finalized = sum(1 for o in informer.list()
-                        if W.PROPAGATION_FINALIZER in items(nested(o, "metadata", "finalizers")))
         if informer.synced:
             for key in informer.keys():  # noqa: SIM118 (Informer.keys, not a dict)
                 self.engine.enqueue((kind, key.namespace, key.name))
-        if releasable(wanted=False, synced=informer.synced, type_gone=_type_gone(informer),
-                      finalized=finalized, works=works):
+        if self._releasable(kind, fed_type):
             await self.record.discard(gvk)
+            # an FTC enabling the kind again (or a finalizer, a Work) may have come meanwhile
+            current = self.types.get(kind)
+            if current is None or current.informer is not informer \
+                    or not self._releasable(kind, current):
+                self.kinds.enqueue(kind)
+                return
             self.types.pop(kind).task.cancel()
             log.info("no longer watching %s: propagation disabled, nothing left to finalize",
                      kind)
         elif not informer.synced:
             raise RequeueAfter(2.0)
+
+    def _releasable(self, kind: str, fed_type: _FedType) -> bool:
+        gvk = (fed_type.api_version, kind)
+        works = sum(1 for g in self._work_kinds.values() if g == gvk)
+        finalized = sum(1 for o in fed_type.informer.list()
+                        if W.PROPAGATION_FINALIZER in items(nested(o, "metadata", "finalizers")))
+        return releasable(wanted=not fed_type.draining, synced=fed_type.informer.synced,
+                          type_gone=_type_gone(fed_type.informer), finalized=finalized,
+                          works=works)
 
     def _on_federated(self, kind: str, event: WatchEvent) -> None:
         self.engine.enqueue((kind, event.key.namespace, event.key.name))
