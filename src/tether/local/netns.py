@@ -690,6 +690,10 @@ class HostFabric:
         """Take the pod's address away (it has stopped)."""
         return None
 
+    def node_namespaces(self) -> dict[str, str]:
+        """Node InternalIP -> its network namespace (netns mode; rootless: none)."""
+        return {}
+
 
 class NetnsFabric(HostFabric):
     """Root: each node a network namespace on a per-cluster bridge (see the module docstring)."""
@@ -792,6 +796,14 @@ class NetnsFabric(HostFabric):
 
     def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
         return socket_in(self.plan.router, family, kind)
+
+    def node_namespaces(self) -> dict[str, str]:
+        return {self.network.node_ip(s): self.plan.node(s) for s in self.nodes
+                if (NETNS_DIR / self.plan.node(s)).exists()}
+
+    def pod_namespaces(self) -> dict[str, tuple[str, str]]:
+        """Pod uid -> (its network namespace, its pod IP; "" for host-network pods)."""
+        return dict(self.pods)
 
     def _dial_namespace(self, host: str) -> str | None:
         try:
