@@ -60,6 +60,15 @@ def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
                 running = [p for p in pods if p["status"].get("phase") == "Running"
                            and not p["metadata"].get("deletionTimestamp")]
                 assert len(running) == replicas
+            # Karmada on the API-only hub: the template only propagates, its .status is the sum.
+            assert kubectl("hub", "get", "nodes")["items"] == []
+            template = kubectl("hub", "-n", "karmada-demo", "get", "deployment", "web")
+            assert (template["status"]["readyReplicas"], template["status"]["replicas"]) == (6, 6)
+            assert kubectl("hub", "get", "pods", "-A")["items"] == []
+            for cluster, replicas in {"cluster": 4, "cluster1": 2}.items():
+                deploy = kubectl(cluster, "-n", "karmada-demo", "get", "deployment", "web")
+                assert (deploy["spec"]["replicas"], deploy["status"].get("readyReplicas")) == (replicas, replicas)
+            assert "kubectl --context hub -n karmada-demo get deploy" in run.stdout
         else:
             assert "propagation skipped" in run.stdout
         again = demo(data_dir)

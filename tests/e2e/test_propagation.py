@@ -394,6 +394,12 @@ async def test_karmada_divided_with_image_override(fleet: Fleet) -> None:
 
     report = await until(summed, "aggregated readyReplicas 6")
     assert report["conditions"][0]["status"] == "True"
+    # `host` is a full cluster: its own Deployment controller owns the template's .status, so
+    # the sum stays in the annotation and tether never writes .status there.
+    template = await get(fleet, "host", "apps/v1", "Deployment", "web", "kdemo")
+    assert template is not None
+    assert "tether-propagation" not in {m.get("manager") for m in template["metadata"]["managedFields"]
+                                        if m.get("subresource") == "status"}
     assert {c["name"]: c["replicas"] for c in report["clusters"]} == {"cluster": 4,
                                                                        "cluster1": 2}
 

@@ -3,8 +3,8 @@
 Parts: the shared host informers (Clusters, Works), the cluster health controller, the KubeFed
 and Karmada sync controllers, Karmada's ClusterTaintPolicy and WorkloadRebalancer controllers
 (failover itself is part of the Karmada sync, off unless `failover.enabled`), the push-mode Work
-executor, the registry controller (decides pull
-members' registration requests), and a small HTTP server on 127.0.0.1
+executor, the registry controller (decides pull members' registration requests), the service
+mirror between members (`MirrorPolicy`, `hub_mirror`), and a small HTTP server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
+from tether.app import hub_mirror
 from tether.app.gcpacing import GcPacing
 from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
@@ -42,6 +43,7 @@ from tether.federation.propagation import (
     cluster_info,
 )
 from tether.federation.registrations import RegistrationController
+from tether.federation.template_status import TemplateStatusTarget
 from tether.kube import KubeClient
 from tether.net.httpserver import HttpServer, Request, Response
 
@@ -60,12 +62,14 @@ class Hub:
         self.shared = HubInformers(host)
         self.health = build_health_controller(host, timers=config.health)
         self.kubefed = KubeFedController(host, self.shared, self.metrics, resync_s=config.resync_s)
-        self.karmada = KarmadaController(host, self.shared, self.metrics, resync_s=config.resync_s,
-                                         failover=config.failover)
+        self.karmada = KarmadaController(
+            host, self.shared, self.metrics, resync_s=config.resync_s, failover=config.failover,
+            status_target=TemplateStatusTarget(host, config.template_status))
         self.taint_policies = ClusterTaintPolicyController(host, self.shared)
         self.rebalancers = WorkloadRebalancerController(host, self.karmada)
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.registrations = RegistrationController(host)
+        self.mirror = hub_mirror.build(self)  # MirrorPolicy: Services mirrored between members
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
@@ -124,6 +128,7 @@ class Hub:
                 group.create_task(self.rebalancers.run())
                 group.create_task(self.executor.run())
                 group.create_task(self.registrations.run())
+                group.create_task(self.mirror.run())
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())

@@ -30,3 +30,6 @@ class HubConfig:
     data_dir: Path | None = None
     proxy_port: int | None = None  # the cluster proxy (clusters/{name}/proxy); None: not served
     failover: FailoverSettings = field(default_factory=FailoverSettings)  # Karmada failover
+    # Where Karmada templates' summed member status goes (federation.template_status): auto,
+    # status or annotation
+    template_status: str = "auto"

@@ -93,6 +93,11 @@ def run(
         "--graceful-eviction-timeout", help="Seconds a gracefully evicted copy may wait for its "
         "replacement to become healthy")] = 600.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
+    template_status: Annotated[str, typer.Option(
+        "--template-status", metavar="auto|status|annotation",
+        help="Where Karmada templates get the members' summed status: their .status (as Karmada; "
+             "for a hub without workload controllers), the tether.io/propagation-status annotation "
+             "(a hub that runs its own), or auto: .status when the hub has no Nodes")] = "auto",
 ) -> None:
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
 
@@ -110,6 +115,11 @@ def run(
     if purge_mode(eviction_purge_mode) not in (DIRECTLY, GRACEFULLY):
         raise typer.BadParameter(f"{eviction_purge_mode!r}: use Directly or Gracefully",
                                  param_hint="--no-execute-taint-eviction-purge-mode")
+    from tether.federation.template_status import MODES
+
+    if template_status not in MODES:
+        raise typer.BadParameter(f"{template_status!r} is not one of {', '.join(MODES)}",
+                                 param_hint="--template-status")
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -128,7 +138,7 @@ def run(
                                tunnel_bind_address=tunnel_bind_address,
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
                                tunnel_allowed_destinations=tuple(allowed_destinations or ()),
-                               data_dir=data_dir,
+                               data_dir=data_dir, template_status=template_status,
                                failover=FailoverSettings(
                                    enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
                                    graceful_timeout_s=graceful_eviction_timeout))

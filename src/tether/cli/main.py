@@ -11,6 +11,7 @@ from tether.cli import (
     agent,
     certs,
     clusters,
+    connect,
     fed,
     hub,
     local,
@@ -38,6 +39,7 @@ fed.register(app)  # enable, disable, federate, get, describe
 agent.register(app)  # agent run|stop|manifest, token create, register
 proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
+connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
 
 
 @app.command()

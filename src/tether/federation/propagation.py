@@ -13,11 +13,12 @@ KubeFed's reasons, `clusters[]` with `remoteStatus`), plus a `message` per faile
 Namespaced Federated objects need their FederatedNamespace (NamespaceNotFederated otherwise) and
 only go to clusters the namespace is placed in.
 
-Karmada: status aggregated from the members onto the template's `.status` (status subresource),
-unless another controller already owns the template's status (a host that runs its own workload
-controllers): then only the annotation `tether.io/propagation-status` is written, which always
-carries the `Propagated` condition (naming every failed cluster and why), the per-cluster result
-and the aggregated status. Namespaced templates get their namespace created in members.
+Karmada: the annotation `tether.io/propagation-status` always carries the `Propagated` condition
+(naming every failed cluster and why) and per cluster the result and the member's status (what
+Karmada keeps in its ResourceBinding's `aggregatedStatus`). The members' summed status goes onto
+the template's `.status` (status subresource) on a hub without workload controllers, as Karmada
+does, else into the annotation (`template_status` decides, per hub and template). Namespaced
+templates get their namespace created in members.
 
 Writes are kept to what changed: Works are applied (and deleted) concurrently, at most
 `WORK_WRITES` at a time; a new Work for a push member is created with the executor's finalizer
@@ -54,7 +55,7 @@ from tether.objects.times import rfc3339
 
 from . import works as W
 from ._util import items, mapping, nested, thaw
-from .aggregation import aggregate_status
+from .aggregation import aggregate_status, reflect_status
 from .binding import EVICTION_ANNOTATION, Binding, read_binding
 from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
 from .failover import FailoverSettings
@@ -73,6 +74,7 @@ from .placement import kubefed_placement
 from .registry import UNJOIN_ANNOTATION
 from .scheduler import Groups
 from .taints import taints_of
+from .template_status import STATUS, TemplateStatusTarget
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "tether-propagation"
@@ -557,9 +559,12 @@ class KarmadaController(_Base[TemplateKey]):
     step: BindingStep = field(init=False)
     # templates to schedule afresh (WorkloadRebalancer), with who waits for the outcome
     _fresh: dict[TemplateKey, list[asyncio.Future[str]]] = field(default_factory=dict, init=False)
+    status_target: TemplateStatusTarget | None = None  # None: decided by discovery (auto)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.status_target is None:
+            self.status_target = TemplateStatusTarget(self.host)
         self.policies = {
             kind: Informer(self.host, POLICY_API_VERSION, kind, on_event=self._on_policy)
             for kind in ("PropagationPolicy", "ClusterPropagationPolicy", "OverridePolicy",
@@ -815,14 +820,21 @@ class KarmadaController(_Base[TemplateKey]):
             c: W.member_status_for_aggregation(by_cluster.get(c), plan.source,
                                                W.generation(template))
             for c in plan.clusters}
+        for entry in clusters:
+            reflected = reflect_status(template, member_status.get(str(entry["name"])))
+            if reflected is not None:
+                entry["status"] = reflected
         aggregated = aggregate_status(template, member_status) if plan.works else None
+        assert self.status_target is not None
+        to_status = aggregated is not None and await self.status_target.for_template(
+            template, FIELD_MANAGER) == STATUS
         old_raw = nested(template, "metadata", "annotations", STATUS_ANNOTATION)
         old: Obj = {}
         with contextlib.suppress(TypeError, ValueError):
             old = json.loads(str(old_raw)) if old_raw else {}
         [cond] = _keep_times([cond], old.get("conditions"))
         report: Obj = {"conditions": [cond], "clusters": clusters}
-        if aggregated is not None:
+        if aggregated is not None and not to_status:
             report["aggregatedStatus"] = aggregated
         meta = mapping(template.get("metadata"))
         target_ns = str(meta.get("namespace") or "") or None
@@ -832,7 +844,7 @@ class KarmadaController(_Base[TemplateKey]):
                                   str(meta.get("name")),
                                   {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
                                   namespace=target_ns, field_manager=FIELD_MANAGER)
-        if aggregated is None or _foreign_status_owner(template):
+        if aggregated is None or not to_status:
             return
         status = {**aggregated, "conditions": _merge_condition(
             nested(template, "status", "conditions"), cond)}
@@ -864,15 +876,6 @@ def _template_fingerprint(template: Obj) -> str:
 def _merge_condition(conditions: Any, cond: Obj) -> list[Obj]:
     out = [thaw(c) for c in items(conditions) if mapping(c).get("type") != cond["type"]]
     return [*out, cond]
-
-
-def _foreign_status_owner(template: Obj) -> bool:
-    """Whether a controller on the host (not tether) writes this template's status."""
-    for entry in items(nested(template, "metadata", "managedFields")):
-        e = mapping(entry)
-        if e.get("subresource") == "status" and e.get("manager") != FIELD_MANAGER:
-            return True
-    return False
 
 
 __all__ = [
