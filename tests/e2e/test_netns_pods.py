@@ -170,3 +170,193 @@ def test_pod_has_its_own_namespace_and_address(cluster: Cluster) -> None:
     cluster.kubectl("delete", "pod", "echo", "client", "--wait=true", "--timeout=60s")
     poll(lambda: not (set(own) & cluster.pod_namespaces()) or None, timeout=TIMEOUT_S,
          what="the pod's namespace removed with the pod")
+
+
+SERVE = """
+    import socket, threading
+
+    def serve(port):
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", port))
+        server.listen(256)
+        while True:
+            conn, peer = server.accept()
+            conn.sendall(peer[0].encode())
+            conn.close()
+
+    for port in {ports!r}[1:]:
+        threading.Thread(target=serve, args=(port,), daemon=True).start()
+    serve({ports!r}[0])
+"""
+
+PROBE = """
+    import socket, time
+    # retried until the expected answer or a bound: the enforcer applies rules asynchronously
+    for _ in range(60):
+        try:
+            with socket.create_connection(({host!r}, {port}), timeout=1) as conn:
+                got = "ok" if conn.recv(100) else "blocked"
+        except OSError:
+            got = "blocked"
+        if got == {expect!r}:
+            break
+        time.sleep(0.5)
+    print(got)
+"""
+
+
+def server(cluster: Cluster, name: str, namespace: str, labels: dict[str, str], ports: list[int], node: str,
+           host_network: bool = False) -> str:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+           "spec": {"nodeName": node, "hostNetwork": host_network,
+                    "containers": [{"name": "main", "image": "python:3.11",
+                                    "command": ["python3", "-c", textwrap.dedent(SERVE.format(ports=ports))],
+                                    "ports": [{"name": f"p{p}", "containerPort": p} for p in ports]
+                                    + [{"name": "http", "containerPort": ports[0]}]}]}}
+    cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+
+    def ip() -> str | None:
+        status = cluster.json("get", "pod", name, "-n", namespace).get("status") or {}
+        return status.get("podIP") if status.get("phase") == "Running" else None
+
+    found: str = poll(ip, timeout=TIMEOUT_S, what=f"pod {namespace}/{name} running")
+    return found
+
+
+def probe(cluster: Cluster, name: str, namespace: str, labels: dict[str, str], host: str, port: int, expect: str,
+          node: str) -> str:
+    """Whether a pod with `labels` reaches host:port ("ok" or "blocked"), retried towards `expect`."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+           "spec": {"nodeName": node, "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "python:3.11", "command": [
+                        "python3", "-c", textwrap.dedent(PROBE.format(host=host, port=port, expect=expect))]}]}}
+    cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+
+    def done() -> dict[str, Any] | None:
+        found: dict[str, Any] = cluster.json("get", "pod", name, "-n", namespace)
+        return found if (found.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+
+    poll(done, timeout=TIMEOUT_S * 2, what=f"probe {name}")
+    out = cluster.kubectl("logs", name, "-n", namespace).stdout.strip()
+    cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
+    return out.splitlines()[-1] if out else ""
+
+
+def apply(cluster: Cluster, obj: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+def warning_events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[str]:
+    items = cluster.json("get", "events", "-n", namespace)["items"]
+    return [e["message"] for e in items if e.get("reason") == "PolicyNotEnforced"
+            and e["involvedObject"].get("kind") == kind and e["involvedObject"].get("name") == name]
+
+
+def test_kubernetes_walkthrough_default_deny_then_access_true(cluster: Cluster) -> None:
+    nodes = cluster.node_names()
+    cluster.kubectl("create", "namespace", "walk")
+    web = server(cluster, "nginx", "walk", {"app": "nginx"}, [8080], nodes[0])
+    assert probe(cluster, "before", "walk", {}, web, 8080, "ok", nodes[1]) == "ok"
+
+    # the pre-1.7 annotation is not enforced: said so, and nothing is denied by it
+    cluster.kubectl("annotate", "namespace", "walk",
+                    'net.beta.kubernetes.io/network-policy={"ingress":{"isolation":"DefaultDeny"}}')
+    found = poll(lambda: warning_events(cluster, "default", "Namespace", "walk")
+                 or warning_events(cluster, "walk", "Namespace", "walk"), timeout=TIMEOUT_S, what="an Event")
+    assert "not supported" in found[0]
+
+    apply(cluster, {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                    "metadata": {"name": "default-deny", "namespace": "walk"}, "spec": {"podSelector": {}}})
+    assert probe(cluster, "denied", "walk", {}, web, 8080, "blocked", nodes[1]) == "blocked"
+
+    apply(cluster, {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                    "metadata": {"name": "access-nginx", "namespace": "walk"},
+                    "spec": {"podSelector": {"matchLabels": {"app": "nginx"}},
+                             "ingress": [{"from": [{"podSelector": {"matchLabels": {"access": "true"}}}],
+                                          "ports": [{"port": "http"}]}]}})
+    assert probe(cluster, "with-access", "walk", {"access": "true"}, web, 8080, "ok", nodes[1]) == "ok"
+    assert probe(cluster, "without-access", "walk", {}, web, 8080, "blocked", nodes[0]) == "blocked"
+
+
+def test_invalid_cidr_is_rejected_with_422(cluster: Cluster) -> None:
+    bad = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": "bad-cidr", "namespace": "default"},
+           "spec": {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.300/8"}}]}]}}
+    result = cluster.kubectl("create", "-f", "-", "-v=6", input=json.dumps(bad), check=False)
+    assert result.returncode != 0
+    assert "422" in result.stderr and "cidr" in result.stderr.lower(), result.stderr
+
+
+def test_calico_global_network_set_allows_one_port(cluster: Cluster) -> None:
+    nodes = cluster.node_names()
+    forwarders = cluster.json("get", "node", nodes[1])["spec"]["podCIDR"]
+    cluster.kubectl("create", "namespace", "sys-log")
+    fluentd = server(cluster, "fluentd", "sys-log", {"app": "fluentd"}, [8889, 8888], nodes[0])
+    apply(cluster, {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+                    "metadata": {"name": "forwarders", "labels": {"role": "forwarder"}},
+                    "spec": {"nets": [forwarders]}})
+    apply(cluster, {"apiVersion": "projectcalico.org/v3", "kind": "NetworkPolicy",
+                    "metadata": {"name": "allow-to-fluentd", "namespace": "sys-log"},
+                    "spec": {"selector": "app == 'fluentd'", "types": ["Ingress"], "ingress": [
+                        {"action": "Allow", "protocol": "TCP",
+                         "source": {"selector": "role == 'forwarder'", "namespaceSelector": "global()"},
+                         "destination": {"ports": [8889]}}]}})
+    assert probe(cluster, "fwd-8888", "default", {}, fluentd, 8888, "blocked", nodes[1]) == "blocked"
+    assert probe(cluster, "fwd-8889", "default", {}, fluentd, 8889, "ok", nodes[1]) == "ok"
+    assert probe(cluster, "outsider", "default", {}, fluentd, 8889, "blocked", nodes[0]) == "blocked"
+
+
+CONNECT_MANY = """
+    import socket
+    done = 0
+    for _ in range({count}):
+        try:
+            with socket.create_connection(({host!r}, {port}), timeout=2) as conn:
+                conn.recv(100)
+                done += 1
+        except OSError:
+            pass
+    print(done)
+"""
+
+
+def conntrack_count(namespace: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", namespace, "cat", "/proc/sys/net/netfilter/nf_conntrack_count"],
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    return int(out.stdout.strip())
+
+
+def connections(cluster: Cluster, name: str, host: str, port: int, count: int, node: str) -> int:
+    cluster.run_pod(name, CONNECT_MANY.format(host=host, port=port, count=count), node)
+    done = int(cluster.finished_logs(name).strip().splitlines()[-1])
+    cluster.kubectl("delete", "pod", name, "--wait=false")
+    return done
+
+
+def test_do_not_track_keeps_connections_out_of_conntrack(cluster: Cluster) -> None:
+    nodes = cluster.node_names()
+    node_ip = next(a["address"] for a in cluster.json("get", "node", nodes[0])["status"]["addresses"]
+                   if a["type"] == "InternalIP")
+    server(cluster, "memcached", "default", {"app": "memcached"}, [11211], nodes[0], host_network=True)
+    node_ns = f"tether-{cluster.index}-n0"
+    count = 200
+
+    before = conntrack_count(node_ns)
+    assert connections(cluster, "tracked", node_ip, 11211, count, nodes[1]) == count
+    tracked = conntrack_count(node_ns) - before
+    assert tracked >= count, tracked  # each connection an entry (TIME_WAIT keeps them 120 s)
+
+    apply(cluster, {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
+                    "metadata": {"name": "memcached-untracked"},
+                    "spec": {"order": 10, "doNotTrack": True, "applyOnForward": True,
+                             "selector": "app == 'memcached'",
+                             "ingress": [{"action": "Allow", "protocol": "TCP", "destination": {"ports": [11211]}}],
+                             "egress": [{"action": "Allow", "protocol": "TCP", "source": {"ports": [11211]}}]}})
+    poll(lambda: "notrack" in subprocess.run(["ip", "netns", "exec", node_ns, "nft", "list", "table", "ip",
+                                              "tether-notrack"], capture_output=True, text=True).stdout or None,
+         timeout=TIMEOUT_S, what="the notrack rules in the node")
+    before = conntrack_count(node_ns)
+    assert connections(cluster, "untracked", node_ip, 11211, count, nodes[1]) == count
+    untracked = conntrack_count(node_ns) - before
+    assert untracked < count // 4, (untracked, tracked)
