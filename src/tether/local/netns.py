@@ -12,15 +12,19 @@ goes through the cluster's *fabric* (`LocalCluster.fabric`), so the two modes di
                           a route to each node's pod /24 via that node, `to-host` (the host
                           link, below) and, once joined (underlay), `to-<j>` to cluster j
       tether-<i>-n<k>     node k: `eth0` (veth to `n<k>` on the bridge) with its InternalIP, the
-                          first address of its pod /24 (its source toward joined peers) and its
-                          pods' IPs as /32s on `lo` (added before the containers start, removed
-                          when the pod goes), a route to every other node's pod /24 via that node
-                          (host-gw style: nodes never forward), the service range via the
-                          router, and `unreachable` for the rest of its own pod /24
+                          first address of its pod /24 on `lo` (its source toward joined peers,
+                          and its pods' gateway), a route to every other node's pod /24 via that
+                          node (host-gw style), the service range via the router, a /32 route
+                          to each of its pods through the pod's veth, and `unreachable` for the
+                          rest of its own pod /24
+      tether-<i>-p<hex>   a pod (not host-network): `eth0`, veth to `p<hex>` in its node, with
+                          the pod IP as /32 and a default route via the node's pod-range
+                          address; made before the containers start, removed when the pod
+                          stops (`pod_commands`, CNI ptp style)
 
-  Pods run in their node's namespace (`ip netns exec`, which also bind-mounts
-  `/etc/netns/<ns>/resolv.conf`: the cluster DNS, search `default.svc.cluster.local
-  svc.cluster.local cluster.local`). The service proxy and the DNS server listen once, inside the
+  Pods run in their own namespace (host-network pods in their node's) through `ip netns exec`,
+  which also bind-mounts `/etc/netns/<ns>/resolv.conf`: the cluster DNS, search
+  `<pod namespace>.svc.cluster.local svc.cluster.local cluster.local`. The service proxy and the DNS server listen once, inside the
   router namespace, on the service addresses (one socket per Service port, whatever the node
   count); nodes reach them through their route to the service range. Dials from the cluster's
   own components go out of the router namespace (which routes to every pod), except to loopback
