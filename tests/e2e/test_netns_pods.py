@@ -360,3 +360,19 @@ def test_do_not_track_keeps_connections_out_of_conntrack(cluster: Cluster) -> No
     assert connections(cluster, "untracked", node_ip, 11211, count, nodes[1]) == count
     untracked = conntrack_count(node_ns) - before
     assert untracked < count // 4, (untracked, tracked)
+
+
+def test_a_crashed_runs_pod_namespaces_are_removed_by_the_next_up() -> None:
+    from tether.local.netns import pod_namespace, teardown_index
+    from tether.local.network import NETNS, claim_index
+
+    claim = claim_index(None, mode=NETNS)  # an index no running cluster holds, as `up` claims it
+    try:
+        left = pod_namespace(claim.index, "uid-of-a-pod-whose-cluster-was-killed")
+        subprocess.run(["ip", "netns", "add", left], check=True, timeout=TIMEOUT_S)
+        assert left in namespaces()
+        assert teardown_index(claim.index) == []  # what `up` runs first for its index
+        assert left not in namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "del", left], capture_output=True, timeout=TIMEOUT_S)
+        claim.release()
