@@ -780,6 +780,7 @@ class NetnsFabric(HostFabric):
             self.nodes.append(slot)  # before the commands: teardown must find a half-made node
             for command in self.plan.node_commands(slot, self.nodes):
                 await run_ip(command)
+            await asyncio.to_thread(enable_forwarding, name)  # the node routes for its pods
             # what the cluster already routes beyond its nodes: joins (their routes in the
             # router) and pool addresses on the other nodes
             for dst in parse_routes(await run_ip(_tagged_args(self.plan.router, None)), device_prefix="to-"):
@@ -857,7 +858,6 @@ class NetnsFabric(HostFabric):
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "resolv.conf").write_text(self.plan.resolv_conf(namespace))
         self.pods[uid] = (own, pod_ip)  # before the commands: detach must find a half-made pod
-        await asyncio.to_thread(enable_forwarding, node)  # the node routes for its pods
         for command in self.plan.pod_commands(slot, uid, pod_ip):
             await run_ip(command)
         if not _inside(pod_ip, self.network.node_pod_cidr(slot)):
