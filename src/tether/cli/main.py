@@ -50,12 +50,13 @@ def version() -> None:
 
 @app.command()
 def demo(
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Where the demo clusters keep state "
-                                                  "[default: ~/.local/share/tether/demo]")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Root of the demo's state, apart "
+                                                  "from your own clusters' [default: "
+                                                  "$TETHER_HOME/demo]")] = None,
 ) -> None:
     """Start a hub and two member clusters, join them, and federate a sample app."""
     from tether.app import demo as demo_app
-    from tether.local import supervisor
+    from tether.net import daemon
 
-    directory = data_dir or supervisor.default_data_dir().parent / "demo"
+    directory = data_dir or daemon.state_home() / "demo"
     raise typer.Exit(demo_app.run(directory.expanduser().resolve(), Console()))
