@@ -414,3 +414,60 @@ def test_egress_default_deny_then_ip_block(cluster: Cluster) -> None:
     assert probe(cluster, "locked-8080", "egress", {"egress": "locked"}, target, 8080, "blocked", nodes[0]) == "blocked"
     assert probe(cluster, "locked-8081", "egress", {"egress": "locked"}, target, 8081, "ok", nodes[0]) == "ok"
     assert probe(cluster, "free-8080", "egress", {}, target, 8080, "ok", nodes[0]) == "ok"
+
+
+NAMED = """
+    import socket
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", 8080))
+    server.listen(64)
+    while True:
+        conn, _ = server.accept()
+        conn.sendall({name!r}.encode())
+        conn.close()
+"""
+
+ASK_MANY = """
+    import socket, time
+    seen = []
+    for _ in range(100):
+        try:
+            with socket.create_connection(({host!r}, 80), timeout=2) as conn:
+                seen.append(conn.recv(100).decode())
+        except OSError:
+            time.sleep(0.2)
+        if len(seen) == 20:
+            break
+    print(",".join(seen))
+"""
+
+
+def test_client_ip_session_affinity_keeps_one_endpoint(cluster: Cluster) -> None:
+    nodes = cluster.node_names()
+    cluster.kubectl("create", "namespace", "sticky")
+    for i, node in enumerate(nodes):
+        name = f"backend-{i}"
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "sticky", "labels": {"app": "sticky"}},
+               "spec": {"nodeName": node, "containers": [{"name": "main", "image": "python:3.11", "command": [
+                   "python3", "-c", textwrap.dedent(NAMED.format(name=name))]}]}}
+        cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+    for service, affinity in (("spread", "None"), ("sticky", "ClientIP")):
+        apply(cluster, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": service, "namespace": "sticky"},
+                        "spec": {"selector": {"app": "sticky"}, "sessionAffinity": affinity,
+                                 "ports": [{"port": 80, "targetPort": 8080}]}})
+
+    def two_endpoints() -> bool | None:
+        slices = cluster.json("get", "endpointslices", "-n", "sticky", "-l", "kubernetes.io/service-name=spread")
+        return sum(len(s.get("endpoints") or []) for s in slices["items"]) == 2 or None
+
+    poll(two_endpoints, timeout=TIMEOUT_S, what="both backends ready")
+    answers = {}
+    for service in ("spread", "sticky"):
+        ip = cluster.json("get", "service", service, "-n", "sticky")["spec"]["clusterIP"]
+        cluster.run_pod(f"ask-{service}", ASK_MANY.format(host=ip), nodes[0], labels={"app": f"ask-{service}"})
+        answers[service] = cluster.finished_logs(f"ask-{service}").strip().splitlines()[-1].split(",")
+    assert len(answers["sticky"]) == 20 and len(set(answers["sticky"])) == 1, answers
+    # without affinity 20 random picks of 2 land on one backend about once in 500,000 runs
+    assert len(answers["spread"]) == 20 and len(set(answers["spread"])) == 2, answers
