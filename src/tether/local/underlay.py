@@ -11,8 +11,8 @@ only after `join`, and until `leave` (or until either side goes down). A join is
   `tether.local.netns`);
 - routes, tagged like every route tether adds: in each router, the peer's pod and Service ranges
   via the peer's underlay address (the host: its underlay address); in each node, the same
-  destinations via its router, from the node's own pod-range address (pods share their node's
-  network namespace, and a peer routes back the pod range, never the fabric); on the host (a join with the host), the cluster's pod range
+  destinations via its router, from the node's own pod-range address (for the node's own traffic;
+  pods, in namespaces of their own, send from their pod IPs; a peer routes back the pod range, never the fabric); on the host (a join with the host), the cluster's pod range
   through the host link instead of the sink; and forwarding on in the routers.
 
 So a member's pods reach the hub the same way whatever the hub is: the hub cluster's Service
