@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
+from tether.connect.mesh.device import mesh_devices
 from tether.connect.mesh.manager import MeshManager, MeshOptions
 from tether.connect.mesh.plan import LocalSide, Remote
 from tether.kube import KubeClient
 from tether.local import underlay
-from tether.local.netns import NetnsError, node_slot
+from tether.local.netns import NetnsError, list_namespaces, node_slot
 from tether.local.network import ClusterNetwork
 
 log = logging.getLogger(__name__)
@@ -124,8 +125,13 @@ class LocalMesh:
                         self.tasks[key] = asyncio.create_task(self.managers[key].run())
                 for key in [k for k in self.managers if k not in found]:
                     log.info("mesh: node %s of %s left", key[1], key[0])
-                    self.tasks.pop(key).cancel()
-                    del self.managers[key]
+                    task = self.tasks.pop(key)
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                    gone = self.managers.pop(key)
+                    for state in gone.states.values():
+                        await state.device.delete()  # the Node is gone: nothing to annotate
                 await asyncio.sleep(POLL_S)
         finally:
             for task in self.tasks.values():
@@ -138,6 +144,12 @@ class LocalMesh:
         """Remove every interface, route and annotation the mesh made, and the node underlay."""
         for (cluster, node), (namespace, slot) in (await self.discover()).items():
             await self.manager_for(cluster, node, namespace, slot).cleanup()
+        # nodes deleted while the mesh was down keep their namespace until the cluster stops
+        for network in self.networks.values():
+            for namespace in list_namespaces():
+                if node_slot(network, namespace) is not None:
+                    for device in await mesh_devices(namespace):
+                        await device.delete()
         for a, b in combinations(self.names, 2):
             await underlay.leave_nodes(self.networks[a], self.networks[b])
 

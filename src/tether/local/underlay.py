@@ -311,3 +311,6 @@ async def leave_nodes(a: ClusterNetwork, b: ClusterNetwork) -> None:
             await _run_nft(router, f"table inet {NODE_TABLE} {{}}\ndelete chain inet {NODE_TABLE} to_{there.index}\n")
         except NetnsError:
             pass  # no such chain: not joined
+        listing = await run_ip(["netns", "exec", router, "nft", "list", "table", "inet", NODE_TABLE], check=False)
+        if listing and "chain " not in listing:
+            await _run_nft(router, f"delete table inet {NODE_TABLE}\n")

@@ -101,3 +101,15 @@ class Device:
 
     async def dump(self) -> str:
         return await self._run(["wg", "show", self.name, "dump"], check=False)
+
+
+def is_mesh_device(name: str) -> bool:
+    """A name `plan.interface_name` gives."""
+    return name.startswith(("wireguard.", "wg."))
+
+
+async def mesh_devices(namespace: str = "") -> list[Device]:
+    """The mesh's interfaces in `namespace` (to clean up what no manager knows any more)."""
+    out = await Device("", namespace)._ip("-o", "link", "show", check=False)
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2]
+    return [Device(n, namespace) for n in names if is_mesh_device(n)]
