@@ -6,7 +6,8 @@ node addresses); for every node of every cluster, a `MeshManager` inside the nod
 with every other cluster as a remote (port 51820 + the remote's index, the remote's pod range,
 routes from the node's pod-range address since pods share their node's namespace). Nodes added
 later get a manager (and the underlay routes) within a second; nodes that go lose theirs.
-Keys live in `<data-dir>/mesh/keys/<cluster>/<node>/`.
+Keys live in `<data-dir>/mesh/keys/<cluster>/<node>/`. Nodes labelled
+`mesh.tether.io/managed=false` are left alone (like nodes a DaemonSet's nodeSelector excludes).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from tether.local.network import ClusterNetwork
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
+# what a DaemonSet's nodeSelector does on a real cluster: a Node labelled
+# `mesh.tether.io/managed=false` gets no manager (its annotations are left as they are)
+UNMANAGED_LABEL = "mesh.tether.io/managed"
 
 
 class MeshLocalError(Exception):
@@ -96,6 +100,8 @@ class LocalMesh:
         for cluster in self.names:
             nodes = await self.clients[cluster].list_all("v1", "Node")
             for node in nodes.items:
+                if ((node.get("metadata") or {}).get("labels") or {}).get(UNMANAGED_LABEL) == "false":
+                    continue
                 where = self.namespace_of(cluster, node)
                 if where is not None and Path(f"/run/netns/{where[0]}").exists():
                     found[(cluster, str(node["metadata"]["name"]))] = where

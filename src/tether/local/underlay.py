@@ -30,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from ipaddress import IPv4Network
+from pathlib import Path
 
 from tether.local.netns import (
     HOST_LINK,
@@ -41,6 +43,7 @@ from tether.local.netns import (
     NetnsError,
     device_exists,
     enable_forwarding,
+    in_namespace,
     link_device,
     list_namespaces,
     node_slot,
@@ -257,6 +260,13 @@ def check_pod_ranges(networks: list[ClusterNetwork], pod_ranges: dict[int, list[
             seen.append((net.index, cidr))
 
 
+def _no_ipv6(device: str) -> Callable[[], None]:
+    def write() -> None:
+        Path(f"/proc/sys/net/ipv6/conf/{device}/disable_ipv6").write_text("1\n")
+
+    return write
+
+
 async def _run_nft(namespace: str, script: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         "ip", "netns", "exec", namespace, "nft", "-f", "-", stdin=asyncio.subprocess.PIPE,
@@ -281,6 +291,9 @@ async def join_nodes(a: ClusterNetwork, b: ClusterNetwork) -> None:
         await run_ip(["-n", ra, "link", "add", da, "type", "veth", "peer", "name", db, "netns", rb])
         await run_ip(["-n", ra, "addr", "replace", a.underlay_ip, "peer", f"{b.underlay_ip}/32", "dev", da])
         await run_ip(["-n", rb, "addr", "replace", b.underlay_ip, "peer", f"{a.underlay_ip}/32", "dev", db])
+        for router, dev in ((ra, da), (rb, db)):
+            # an IPv4 underlay: no link-local IPv6 chatter on it either
+            await asyncio.to_thread(in_namespace, router, _no_ipv6(dev), "turning IPv6 off on the node underlay")
         await run_ip(["-n", ra, "link", "set", da, "up"])
         await run_ip(["-n", rb, "link", "set", db, "up"])
     for here, there, dev in ((a, b, da), (b, a, db)):

@@ -10,14 +10,22 @@ netlink or the UAPI socket; the private key goes through stdin, never argv. Rout
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import shutil
+import signal
+import socket
+import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tether.connect.mesh.plan import CurrentPeer, PeerPlan
 
 RTPROTO = "116"
+UAPI_DIR = Path("/var/run/wireguard")
+log = logging.getLogger(__name__)
 
 
 class DeviceError(Exception):
@@ -63,6 +71,7 @@ class Device:
                 if binary is None:
                     raise DeviceError("no kernel WireGuard module and no wireguard-go: install "
                                       "wireguard-go and wireguard-tools")
+                await asyncio.to_thread(_retire_stale_userspace, self.name, self.namespace)
                 await self._run(self._ns([binary, self.name]))
         await self._run(["wg", "set", self.name, "private-key", "/dev/stdin", "listen-port", str(port)],
                         stdin=private_key + "\n")
@@ -113,3 +122,39 @@ async def mesh_devices(namespace: str = "") -> list[Device]:
     out = await Device("", namespace)._ip("-o", "link", "show", check=False)
     names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2]
     return [Device(n, namespace) for n in names if is_mesh_device(n)]
+
+
+def _netns_inode(namespace: str) -> int:
+    return os.stat(f"/run/netns/{namespace}" if namespace else "/proc/self/ns/net").st_ino
+
+
+def _retire_stale_userspace(name: str, namespace: str) -> None:
+    """A wireguard-go whose interface is not where we look, yet holds `name`'s control socket,
+    was left in a namespace that lost its name (its TUN keeps the namespace alive, e.g. the
+    cluster went down under the mesh): stop it, or the new one cannot listen. The process is
+    the socket's peer (SO_PEERCRED), never one found by name."""
+    path = UAPI_DIR / f"{name}.sock"
+    if not path.exists():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(str(path))
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.unlink()  # nobody listens: a leftover file
+            return
+        pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    try:
+        if os.stat(f"/proc/{pid}/ns/net").st_ino == _netns_inode(namespace):
+            return  # it is in our namespace after all: leave it
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return
+    if comm == "wireguard-go":
+        log.warning("mesh: stopping a stale wireguard-go (pid %d) that held %s in another namespace", pid, name)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            if not path.exists():
+                break
+            time.sleep(0.05)
