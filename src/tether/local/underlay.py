@@ -21,6 +21,9 @@ range (its `kubernetes` ClusterIP) over a cluster join, or the host's underlay a
 veth pair with a tunnel interface per peer (WireGuard's AllowedIPs are the routes above) and keeps
 the rest: one device per peer, one underlay address per site, the same routes.
 
+`join_nodes`/`leave_nodes` make the other kind of join, the one a WireGuard mesh runs over (see
+the section at the end): only UDP on the mesh ports between the clusters' node addresses.
+
 `join`, `leave` and `peers` run `ip` against namespaces that exist (the clusters are up); they are
 idempotent. Nodes added to a cluster later copy the router's join routes (`NetnsFabric`).
 """
