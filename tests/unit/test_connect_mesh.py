@@ -206,3 +206,16 @@ def test_overlapping_pod_ranges_are_refused() -> None:
     underlay.check_pod_ranges([a, b])
     with pytest.raises(NetnsError, match="cannot be meshed"):
         underlay.check_pod_ranges([a, b], {2: [a.pod_cidr.subnets(new_prefix=24).__next__()]})
+
+
+def test_mesh_verdict_for_the_hub_condition() -> None:
+    from tether.connect.mesh.status import DeviceStatus, PeerStatus, mesh_verdict
+
+    fresh = DeviceStatus("wg.b.1", 51821, (PeerStatus(KEY_A, "10.1.0.2:51821", "10.4.1.0/24", 1000, 1, 1),))
+    stale = DeviceStatus("wg.b.2", 51821, (PeerStatus(KEY_B, "10.1.0.3:51821", "10.4.2.0/24", 100, 1, 1),))
+    never = DeviceStatus("wg.b.3", 51821, ())
+    assert mesh_verdict("b", [fresh], 1010).status == "True"
+    degraded = mesh_verdict("b", [fresh, stale], 1010)
+    assert (degraded.status, degraded.reason) == ("False", "MeshDegraded") and "wg.b.2" in degraded.message
+    assert mesh_verdict("b", [stale, never], 1010).reason == "MeshDown"
+    assert mesh_verdict("b", [], 1010).reason == "MeshDown"

@@ -17,6 +17,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -24,7 +25,10 @@ from pathlib import Path
 from tether.connect.mesh.device import mesh_devices
 from tether.connect.mesh.manager import MeshManager, MeshOptions
 from tether.connect.mesh.plan import LocalSide, Remote
-from tether.kube import KubeClient
+from tether.connect.mesh.status import MESH_READY, DeviceStatus, mesh_verdict, parse_dump
+from tether.federation.crds import CLUSTER_API_VERSION
+from tether.federation.health import Condition, find_condition, with_condition
+from tether.kube import KubeClient, KubeError
 from tether.local import underlay
 from tether.local.netns import NetnsError, list_namespaces, node_slot
 from tether.local.network import ClusterNetwork
@@ -34,6 +38,7 @@ POLL_S = 1.0
 # what a DaemonSet's nodeSelector does on a real cluster: a Node labelled
 # `mesh.tether.io/managed=false` gets no manager (its annotations are left as they are)
 UNMANAGED_LABEL = "mesh.tether.io/managed"
+HUB_EVERY = 5  # rounds between MeshReady reports to the hub
 
 
 class MeshLocalError(Exception):
@@ -48,6 +53,7 @@ class LocalMesh:
     clients: dict[str, KubeClient] = field(default_factory=dict)
     managers: dict[tuple[str, str], MeshManager] = field(default_factory=dict)
     tasks: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
+    hub: KubeClient | None = None  # set: a MeshReady condition on the hub's Cluster of each cluster
 
     def load(self) -> None:
         if len(self.names) < 2:
@@ -114,6 +120,7 @@ class LocalMesh:
     async def run(self) -> None:
         """Mesh the clusters until cancelled."""
         await self.join_all()
+        rounds = 0
         try:
             while True:
                 try:
@@ -138,6 +145,9 @@ class LocalMesh:
                     gone = self.managers.pop(key)
                     for state in gone.states.values():
                         await state.device.delete()  # the Node is gone: nothing to annotate
+                if self.hub is not None and rounds % HUB_EVERY == 0:
+                    await self.report_to_hub()
+                rounds += 1
                 await asyncio.sleep(POLL_S)
         finally:
             for task in self.tasks.values():
@@ -145,6 +155,37 @@ class LocalMesh:
             for task in self.tasks.values():
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+    async def report_to_hub(self) -> None:
+        """`MeshReady` on the hub's Cluster named like each meshed cluster (those the hub does
+        not know are skipped): True while every other node's interface to it shook hands lately."""
+        assert self.hub is not None
+        toward: dict[str, list[DeviceStatus]] = {name: [] for name in self.names}
+        for manager in self.managers.values():
+            for remote, state in manager.states.items():
+                found = parse_dump(state.device.name, await state.device.dump())
+                if found is not None:
+                    toward[remote].append(found)
+        now = time.time()
+        for name, devices in toward.items():
+            verdict = mesh_verdict(name, devices, now)
+            try:
+                cluster = await self.hub.get_or_none(CLUSTER_API_VERSION, "Cluster", name)
+                if cluster is None:
+                    continue
+                status = cluster.get("status") or {}
+                current = find_condition(status, MESH_READY)
+                wanted = Condition(MESH_READY, verdict.status, verdict.reason, verdict.message, now)
+                if wanted.same(current):
+                    continue
+                if current is not None and current.status == wanted.status:
+                    wanted = Condition(MESH_READY, verdict.status, verdict.reason, verdict.message,
+                                       current.last_transition_s)
+                conditions = with_condition(status.get("conditions") or [], wanted)
+                await self.hub.patch(CLUSTER_API_VERSION, "Cluster", name, {"status": {"conditions": conditions}},
+                                     subresource="status")
+            except KubeError as exc:
+                log.warning("mesh: could not report %s's mesh to the hub: %s", name, exc)
 
     async def cleanup(self) -> None:
         """Remove every interface, route and annotation the mesh made, and the node underlay."""
@@ -160,5 +201,5 @@ class LocalMesh:
             await underlay.leave_nodes(self.networks[a], self.networks[b])
 
     async def close(self) -> None:
-        for client in self.clients.values():
+        for client in [*self.clients.values(), *([self.hub] if self.hub else [])]:
             await client.close()

@@ -42,6 +42,10 @@ def local_mesh(
                                                   "[default: tether local's]")] = None,
     cleanup: Annotated[bool, typer.Option("--cleanup", help="Remove the mesh's interfaces, routes, "
                                           "annotations and node underlay, then exit")] = False,
+    hub_kubeconfig: Annotated[Path | None, typer.Option(
+        "--hub-kubeconfig", help="Report a MeshReady condition on the hub's Cluster of each meshed cluster "
+                                 "(named like it)")] = None,
+    hub_context: Annotated[str | None, typer.Option("--hub-context", help="The hub's context")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Mesh every node of the named --netns local clusters with every node of the others; runs
@@ -54,6 +58,10 @@ def local_mesh(
     mesh = LocalMesh(root, [c.strip() for c in clusters.split(",") if c.strip()])
 
     async def go() -> None:
+        from tether.kube import KubeClient
+
+        if (hub_kubeconfig or hub_context) and not cleanup:
+            mesh.hub = KubeClient.from_kubeconfig(hub_kubeconfig, hub_context)
         try:
             if cleanup:
                 await mesh.cleanup()

@@ -78,3 +78,27 @@ class MeshMetrics:
                 self.rx.labels(st.device, p.public_key).set(p.rx_bytes)
                 self.tx.labels(st.device, p.public_key).set(p.tx_bytes)
                 self.handshake.labels(st.device, p.public_key).set(p.latest_handshake)
+
+
+MESH_READY = "MeshReady"
+STALE_S = 180.0
+
+
+@dataclass(frozen=True)
+class MeshVerdict:
+    status: str  # "True" | "False"
+    reason: str
+    message: str
+
+
+def mesh_verdict(cluster: str, devices: Sequence[DeviceStatus], now: float) -> MeshVerdict:
+    """Whether the mesh to `cluster` is up, from the interfaces the other clusters' nodes have
+    toward it: every one must have shaken hands with some peer recently."""
+    if not devices:
+        return MeshVerdict("False", "MeshDown", f"no node has a mesh interface to {cluster}")
+    down = [d.device for d in devices if not d.up(now, STALE_S)]
+    if not down:
+        return MeshVerdict("True", "MeshUp", f"{len(devices)} interface(s) to {cluster} have recent handshakes")
+    reason = "MeshDown" if len(down) == len(devices) else "MeshDegraded"
+    return MeshVerdict("False", reason, f"{len(down)} of {len(devices)} interface(s) to {cluster} have no "
+                       f"handshake in the last {int(STALE_S)}s: {', '.join(sorted(down)[:5])}")
