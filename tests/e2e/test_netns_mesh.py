@@ -8,6 +8,7 @@ Starts `a`, `b` and `c` with `tether local up --netns --nodes 1`, then `tether m
 - a pod of a (its pod IP as source) reaches a pod of b by pod IP, and only through the mesh: on
   the underlay link between the two clusters' routers tcpdump sees only UDP between node
   addresses on the mesh ports, never the pod's TCP, and the underlay filter dropped nothing;
+- the hub (cluster a here) gets `MeshReady=True` on its Cluster `b`;
 - a malformed annotation on a node of b is skipped, the good peer stays;
 - a node added to b is peered by a's node without a restart, and its peer goes when it does;
 - after a restart of the manager the public keys are the same;
@@ -95,7 +96,8 @@ class Mesh:
         with open(self.data_dir / "mesh.log", "a") as log:  # the child keeps its own copy of the fd
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tether", "mesh", "local", "--data-dir", str(self.data_dir), "--clusters",
-                 "a,b,c", "-v"], stdout=subprocess.DEVNULL, stderr=log, text=True)
+                 "a,b,c", "-v", "--hub-kubeconfig", str(self.data_dir / "kubeconfig"), "--hub-context", "a"],
+                stdout=subprocess.DEVNULL, stderr=log, text=True)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -145,6 +147,13 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
             m.networks[name] = ClusterNetwork.netns(int(found["index"]))
         for name in ("a", "b"):
             m.kubectl(name, "create", "deployment", "web", "--image=nginx", "--port=80")
+        hub = subprocess.run([sys.executable, "-m", "tether", "hub", "install", "--kubeconfig",
+                              str(data_dir / "kubeconfig"), "--context", "a"], capture_output=True, text=True,
+                             timeout=180)
+        assert hub.returncode == 0, hub.stdout + hub.stderr
+        m.kubectl("a", "apply", "-f", "-", input=json.dumps({
+            "apiVersion": "cluster.tether.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "b"},
+            "spec": {"syncMode": "Pull"}}))
         m.start()
         yield m
     finally:
@@ -219,6 +228,16 @@ def _in(address: str, network: Any) -> bool:
     import ipaddress
 
     return ipaddress.IPv4Address(address) in network
+
+
+def test_the_hub_cluster_gets_a_mesh_ready_condition(mesh: Mesh) -> None:
+    def ready() -> dict[str, Any] | None:
+        conditions = (mesh.json("a", "get", "clusters.cluster.tether.io", "b").get("status") or {}).get("conditions")
+        found = [c for c in conditions or [] if c.get("type") == "MeshReady"]
+        return found[0] if found and found[0]["status"] == "True" else None
+
+    condition = poll(ready, what="MeshReady=True on the hub's Cluster b")
+    assert condition["reason"] == "MeshUp" and "to b" in condition["message"]
 
 
 def test_a_malformed_annotation_is_skipped_and_other_peers_stay(mesh: Mesh) -> None:
