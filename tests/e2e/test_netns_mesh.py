@@ -190,6 +190,8 @@ def test_mesh_comes_up_and_carries_pod_traffic_only_inside_wireguard(mesh: Mesh)
             endpoint = keys[f"{other}.{DOMAIN}/endpoint"]
             assert endpoint.startswith(mesh.networks[cluster].node_ip(0) + ":")
         poll(lambda c=cluster: len(mesh.peers(mesh.node_ns(c))) == 2, what=f"{cluster}'s node peered twice")
+        clamp = run("ip", "netns", "exec", mesh.node_ns(cluster), "nft", "list", "table", "inet", "tether-mesh").stdout
+        assert "maxseg size set rt mtu" in clamp
     target, source = web_pod_ip(mesh, "b"), web_pod_ip(mesh, "a")
     capture = mesh.data_dir / "underlay.pcap"
     link = f"ul-{mesh.networks['b'].index}"
@@ -291,6 +293,8 @@ def test_cleanup_leaves_nothing(mesh: Mesh) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for cluster in ("a", "b", "c"):
         assert mesh.mesh_links(mesh.node_ns(cluster)) == []
+        node_tables = run("ip", "netns", "exec", mesh.node_ns(cluster), "nft", "list", "tables").stdout
+        assert "tether-mesh" not in node_tables  # the MSS clamp
         routes = run("ip", "-n", mesh.node_ns(cluster), "route", "show", "proto", "116").stdout
         for other in {"a", "b", "c"} - {cluster}:
             assert str(mesh.networks[other].pod_cidr) not in routes

@@ -158,3 +158,30 @@ def _retire_stale_userspace(name: str, namespace: str) -> None:
             if not path.exists():
                 break
             time.sleep(0.05)
+
+
+MSS_TABLE = "tether-mesh"
+# TCP SYNs forwarded into a mesh interface get their MSS clamped to the route's MTU: pods with
+# their own 1500-byte interfaces then never send segments that the tunnel would have to refuse
+# (path MTU discovery alone fails where ICMP is filtered).
+MSS_SCRIPT = f"""table inet {MSS_TABLE} {{}}
+delete table inet {MSS_TABLE}
+table inet {MSS_TABLE} {{
+  chain mss {{
+    type filter hook forward priority mangle; policy accept;
+    oifname "wireguard.*" tcp flags syn tcp option maxseg size set rt mtu
+    oifname "wg.*" tcp flags syn tcp option maxseg size set rt mtu
+  }}
+}}
+"""
+
+
+async def clamp_mss(namespace: str = "", *, remove: bool = False) -> None:
+    """Install (or remove) the MSS clamp for every mesh interface of `namespace`; idempotent.
+    Skipped without `nft` (the interface MTU still covers traffic the node itself sends)."""
+    if shutil.which("nft") is None:
+        return
+    script = f"table inet {MSS_TABLE} {{}}\ndelete table inet {MSS_TABLE}\n" if remove else MSS_SCRIPT
+    argv = ["nft", "-f", "-"]
+    device = Device("", namespace)
+    await device._run(device._ns(argv), stdin=script)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.connect.mesh import keys
-from tether.connect.mesh.device import Device, DeviceError
+from tether.connect.mesh.device import Device, DeviceError, clamp_mss
 from tether.connect.mesh.plan import (
     LocalSide,
     Remote,
@@ -121,6 +121,10 @@ class MeshManager:
             await self.local_client.patch("v1", "Node", self.local.node, {"metadata": {"annotations": want}})
 
     async def run(self) -> None:
+        try:
+            await clamp_mss(self.options.namespace)
+        except DeviceError as exc:
+            log.warning("mesh: no MSS clamping: %s", exc)
         for name in self.states:
             self.engine.enqueue(name)
         await self.engine.run()
@@ -130,6 +134,10 @@ class MeshManager:
         annotations. Keys stay on disk: a later start reuses them."""
         for state in self.states.values():
             await state.device.delete()
+        try:
+            await clamp_mss(self.options.namespace, remove=True)
+        except DeviceError as exc:
+            log.warning("mesh: %s", exc)
         drop: dict[str, None] = {}
         for name in self.states:
             drop[pubkey_annotation(name)] = None
