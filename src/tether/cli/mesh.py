@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tether.cli import options
+
 app = typer.Typer(help="A WireGuard mesh between the nodes of clusters (semaphore-wireguard compatible).",
                   no_args_is_help=True)
 console = Console(soft_wrap=True)
@@ -42,14 +44,13 @@ def local_mesh(
                                                   "[default: tether local's]")] = None,
     cleanup: Annotated[bool, typer.Option("--cleanup", help="Remove the mesh's interfaces, routes, "
                                           "annotations and node underlay, then exit")] = False,
-    hub_kubeconfig: Annotated[Path | None, typer.Option(
-        "--hub-kubeconfig", help="Report a MeshReady condition on the hub's Cluster of each meshed cluster "
-                                 "(named like it)")] = None,
-    hub_context: Annotated[str | None, typer.Option("--hub-context", help="The hub's context")] = None,
+    hub_kubeconfig: options.HostKubeconfig = None,
+    hub_context: options.HostContext = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Mesh every node of the named --netns local clusters with every node of the others; runs
-    until interrupted (the interfaces stay: `--cleanup` removes them)."""
+    until interrupted (the interfaces stay: `--cleanup` removes them). With --host-kubeconfig or
+    --host-context, a MeshReady condition goes on the hub's Cluster named like each cluster."""
     from tether.app.mesh import LocalMesh, MeshLocalError
     from tether.local import supervisor
 
