@@ -95,7 +95,7 @@ class Mesh:
         with open(self.data_dir / "mesh.log", "a") as log:  # the child keeps its own copy of the fd
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tether", "mesh", "local", "--data-dir", str(self.data_dir), "--clusters",
-                 "a,b,c", "-v", "--host-kubeconfig", str(self.data_dir / "kubeconfig"), "--host-context", "a"],
+                 "a,b,c", "-v", "--kubeconfig", str(self.data_dir / "kubeconfig"), "--context", "a"],
                 stdout=subprocess.DEVNULL, stderr=log, text=True)
 
     def stop(self) -> None:

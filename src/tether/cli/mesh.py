@@ -44,19 +44,23 @@ def local_mesh(
                                                   "[default: tether local's]")] = None,
     cleanup: Annotated[bool, typer.Option("--cleanup", help="Remove the mesh's interfaces, routes, "
                                           "annotations and node underlay, then exit")] = False,
-    hub_kubeconfig: options.HostKubeconfig = None,
-    hub_context: options.HostContext = None,
+    hub_kubeconfig: options.HubKubeconfig = None,
+    hub_context: options.HubContext = None,
+    hub_kubeconfig_alias: options.HubKubeconfigAlias = None,
+    hub_context_alias: options.HubContextAlias = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Mesh every node of the named --netns local clusters with every node of the others; runs
-    until interrupted (the interfaces stay: `--cleanup` removes them). With --host-kubeconfig or
-    --host-context, a MeshReady condition goes on the hub's Cluster named like each cluster."""
+    until interrupted (the interfaces stay: `--cleanup` removes them). With --kubeconfig or
+    --context (the hub), a MeshReady condition goes on the hub's Cluster named like each cluster."""
     from tether.app.mesh import LocalMesh, MeshLocalError
     from tether.local import supervisor
 
     _logging(verbose)
     root = (data_dir or supervisor.default_data_dir()).expanduser().resolve()
     mesh = LocalMesh(root, [c.strip() for c in clusters.split(",") if c.strip()])
+    hub_kubeconfig = options.pick(hub_kubeconfig, hub_kubeconfig_alias, "--kubeconfig")
+    hub_context = options.pick(hub_context, hub_context_alias, "--context")
 
     async def go() -> None:
         from tether.kube import KubeClient
