@@ -15,6 +15,7 @@ from tether.cli import (
     fed,
     hub,
     local,
+    mesh,
     proxy,
     rebalance,
     status,
@@ -31,6 +32,7 @@ app = typer.Typer(
 app.add_typer(local.app, name="local")
 app.add_typer(hub.app, name="hub")
 app.add_typer(tunnel.app, name="tunnel")
+app.add_typer(mesh.app, name="mesh")
 clusters.register(app)  # join, unjoin, clusters
 certs.register(app)  # certs
 status.register(app)  # status
