@@ -9,6 +9,7 @@ from rich.console import Console
 from tether import __version__
 from tether.cli import (
     agent,
+    bridge,
     certs,
     clusters,
     fed,
@@ -38,6 +39,7 @@ fed.register(app)  # enable, disable, federate, get, describe
 agent.register(app)  # agent run|stop|manifest, token create, register
 proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
+bridge.register(app)  # env, volumes: a workload's environment and files here
 
 
 @app.command()

@@ -1,0 +1,260 @@
+"""The kubelet's environment rules, resolved client-side (tether.bridge.envresolve), table-driven."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from tether.bridge import quantity
+from tether.bridge.envresolve import (
+    PodFacts,
+    ResolveError,
+    ServiceAddress,
+    expand,
+    is_env_name,
+    references,
+    resolve,
+)
+from tether.bridge.render import REDACTED, render
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def pod(container: dict[str, Any], *, running: bool = True, links: bool | None = None,
+        ns: str = "shop") -> PodFacts:
+    spec: dict[str, Any] = {"containers": [{"name": "app", **container}], "serviceAccountName": "api-sa",
+                            "nodeName": "node-1"}
+    if links is not None:
+        spec["enableServiceLinks"] = links
+    meta = {"name": "api-7f9", "namespace": ns, "uid": "u-1", "labels": {"app": "api", "tier": "web"},
+            "annotations": {"team": 'a "b"'}}
+    status = {"podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}, {"ip": "fd00::7"}], "hostIP": "192.168.1.2",
+              "phase": "Running"}
+    return PodFacts({"metadata": meta, "spec": spec, "status": status if running else {}}, running)
+
+
+def svc(name: str, ns: str, ip: str, *ports: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"clusterIP": ip, "ports": list(ports)}}
+
+
+SERVICES = [
+    svc("kubernetes", "default", "10.96.0.1", {"name": "https", "port": 443}),
+    svc("todos-db", "shop", "10.96.0.20", {"port": 27017}),
+    svc("stats-queue", "shop", "10.96.0.21", {"name": "amqp", "port": 5672},
+        {"name": "dns", "port": 53, "protocol": "UDP"}),
+    svc("headless", "shop", "None", {"port": 80}),
+    svc("elsewhere", "other", "10.96.0.30", {"port": 80}),
+]
+
+
+@pytest.mark.parametrize(("value", "env", "want"), [
+    ("plain", {}, "plain"),
+    ("$(A)", {"A": "x"}, "x"),
+    ("pre-$(A)-post", {"A": "x"}, "pre-x-post"),
+    ("$(MISSING)", {}, "$(MISSING)"),
+    ("$$(A)", {"A": "x"}, "$(A)"),
+    ("$$$(A)", {"A": "x"}, "$x"),
+    ("$$", {}, "$"),
+    ("cost $5", {}, "cost $5"),
+    ("trailing $", {}, "trailing $"),
+    ("$(A", {"A": "x"}, "$(A"),
+    ("$()", {}, "$()"),
+    ("$(A)$(B)", {"A": "1", "B": "2"}, "12"),
+    ("$(A B)", {"A B": "odd"}, "odd"),
+    ("$(A)", {"A": "$(B)", "B": "no"}, "$(B)"),
+])
+def test_expansion_follows_kubernetes(value: str, env: dict[str, str], want: str) -> None:
+    assert expand(value, env) == want
+
+
+@pytest.mark.parametrize(("name", "valid"), [
+    ("PATH", True), ("my.var", True), ("1ABC", True), ("with space", True), ("a=b", False), ("", False),
+    ("tab\there", False), ("é", False),
+])
+def test_env_names_are_the_relaxed_rule(name: str, valid: bool) -> None:
+    assert is_env_name(name) is valid
+
+
+def test_service_links_as_the_kubelet_writes_them() -> None:
+    env = resolve(pod({}), pod({}).pod["spec"]["containers"][0], configmaps={}, secrets={}, services=SERVICES)
+    got = env.as_dict()
+    assert got["TODOS_DB_SERVICE_HOST"] == "10.96.0.20"
+    assert got["TODOS_DB_SERVICE_PORT"] == "27017"
+    assert got["TODOS_DB_PORT"] == "tcp://10.96.0.20:27017"
+    assert got["TODOS_DB_PORT_27017_TCP_ADDR"] == "10.96.0.20"
+    assert got["TODOS_DB_PORT_27017_TCP_PROTO"] == "tcp"
+    assert got["STATS_QUEUE_SERVICE_PORT_AMQP"] == "5672"
+    assert got["STATS_QUEUE_PORT_53_UDP"] == "udp://10.96.0.21:53"
+    assert got["KUBERNETES_SERVICE_HOST"] == "10.96.0.1"
+    assert not any(k.startswith("HEADLESS_") or k.startswith("ELSEWHERE_") for k in got)
+    assert env.get("TODOS_DB_PORT").source.kind == "serviceLink"  # type: ignore[union-attr]
+
+
+def test_enable_service_links_false_keeps_only_the_master_service() -> None:
+    facts = pod({}, links=False)
+    got = resolve(facts, facts.pod["spec"]["containers"][0], configmaps={}, secrets={}, services=SERVICES).as_dict()
+    assert "KUBERNETES_SERVICE_HOST" in got
+    assert "TODOS_DB_SERVICE_HOST" not in got
+
+
+def test_connect_mapping_rewrites_links_and_expansions() -> None:
+    container = {"env": [{"name": "DB", "value": "mongodb://$(TODOS_DB_SERVICE_HOST):$(TODOS_DB_SERVICE_PORT)"}]}
+    facts = pod(container)
+    address = ServiceAddress("shop", "todos-db", "127.1.1.3", {27017: 37017})
+    got = resolve(facts, facts.pod["spec"]["containers"][0], configmaps={}, secrets={}, services=SERVICES,
+                  addresses={("shop", "todos-db"): address}).as_dict()
+    assert got["TODOS_DB_SERVICE_HOST"] == "127.1.1.3"
+    assert got["TODOS_DB_PORT_27017_TCP_PORT"] == "37017"
+    assert got["TODOS_DB_PORT"] == "tcp://127.1.1.3:37017"
+    assert got["DB"] == "mongodb://127.1.1.3:37017"
+    assert got["STATS_QUEUE_SERVICE_HOST"] == "10.96.0.21"  # not mapped: unchanged
+
+
+CM = {"data": {"MODE": "prod", "bad key": "x", "a=b": "y", "LEVEL": "debug"}}
+SECRET = {"data": {"PASSWORD": b64("hunter2"), "TOKEN": b64("t0k")}}
+
+
+@pytest.mark.parametrize(("container", "want"), [
+    # env overrides envFrom, whatever the order in the manifest
+    ({"env": [{"name": "MODE", "value": "dev"}], "envFrom": [{"configMapRef": {"name": "cfg"}}]}, {"MODE": "dev"}),
+    # a later envFrom overrides an earlier one
+    ({"envFrom": [{"configMapRef": {"name": "cfg"}}, {"configMapRef": {"name": "cfg2"}}]}, {"MODE": "staging"}),
+    # prefixes
+    ({"envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "APP_"}]}, {"APP_MODE": "prod", "APP_bad key": "x"}),
+    ({"envFrom": [{"secretRef": {"name": "creds"}, "prefix": "S_"}]}, {"S_PASSWORD": "hunter2"}),
+    # declared env beats a Service link of the same name
+    ({"env": [{"name": "TODOS_DB_SERVICE_HOST", "value": "db.local"}]}, {"TODOS_DB_SERVICE_HOST": "db.local"}),
+    # expansion sees envFrom, earlier env and Service links; not later env
+    ({"envFrom": [{"configMapRef": {"name": "cfg"}}],
+      "env": [{"name": "URL", "value": "$(MODE)/$(LATER)/$(TODOS_DB_SERVICE_PORT)"}, {"name": "LATER", "value": "l"}]},
+     {"URL": "prod/$(LATER)/27017", "LATER": "l"}),
+    # an env var may reference an earlier one that it then shadows
+    ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "$(A)2"}]}, {"A": "12"}),
+    ({"env": [{"name": "EMPTY", "value": ""}]}, {"EMPTY": ""}),
+    ({"env": [{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "LEVEL"}}}]}, {"K": "debug"}),
+    ({"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "PASSWORD"}}}]}, {"P": "hunter2"}),
+    ({"env": [{"name": "O", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "x", "optional": True}}}]}, {}),
+    ({"env": [{"name": "O", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "x", "optional": True}}}]}, {}),
+    ({"envFrom": [{"configMapRef": {"name": "absent", "optional": True}}]}, {}),
+])
+def test_precedence_and_sources(container: dict[str, Any], want: dict[str, str]) -> None:
+    facts = pod(container)
+    env = resolve(facts, facts.pod["spec"]["containers"][0], services=SERVICES,
+                  configmaps={"cfg": CM, "cfg2": {"data": {"MODE": "staging"}}}, secrets={"creds": SECRET})
+    got = env.as_dict()
+    for name, value in want.items():
+        assert got[name] == value
+    if not want:
+        assert "O" not in got
+    declared = [v.name for v in env.variables if v.source.kind != "serviceLink"]
+    assert set(declared) >= set(want)
+
+
+def test_invalid_keys_are_skipped_with_the_kubelet_message() -> None:
+    facts = pod({"envFrom": [{"configMapRef": {"name": "cfg"}}]})
+    env = resolve(facts, facts.pod["spec"]["containers"][0], configmaps={"cfg": CM}, secrets={}, services=[])
+    assert "a=b" not in env.as_dict() and env.as_dict()["bad key"] == "x"
+    assert env.warnings == ("Keys [a=b] from the EnvFrom configmap shop/cfg were skipped since they are "
+                            "considered invalid environment variable names.",)
+
+
+@pytest.mark.parametrize(("container", "message"), [
+    ({"envFrom": [{"configMapRef": {"name": "absent"}}]}, 'configmap "absent" not found'),
+    ({"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k"}}}]}, 'secret "absent" not found'),
+    ({"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "k"}}}]},
+     "couldn't find key k in Secret shop/creds"),
+    ({"env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "spec.dnsPolicy"}}}]}, "unsupported fieldPath"),
+])
+def test_missing_sources_fail_like_the_kubelet(container: dict[str, Any], message: str) -> None:
+    facts = pod(container)
+    with pytest.raises(ResolveError, match=message):
+        resolve(facts, facts.pod["spec"]["containers"][0], configmaps={}, secrets={"creds": SECRET}, services=[])
+
+
+def field(path: str) -> dict[str, Any]:
+    return {"name": "V", "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+@pytest.mark.parametrize(("path", "want"), [
+    ("metadata.name", "api-7f9"), ("metadata.namespace", "shop"), ("metadata.uid", "u-1"),
+    ("metadata.labels['tier']", "web"), ("metadata.annotations['team']", 'a "b"'),
+    ("metadata.labels['absent']", ""), ("spec.nodeName", "node-1"), ("spec.serviceAccountName", "api-sa"),
+    ("status.podIP", "10.0.0.7"), ("status.podIPs", "10.0.0.7,fd00::7"), ("status.hostIP", "192.168.1.2"),
+])
+def test_downward_api_fields(path: str, want: str) -> None:
+    facts = pod({"env": [field(path)]})
+    assert resolve(facts, facts.pod["spec"]["containers"][0], configmaps={}, secrets={}, services=[]).as_dict()["V"] == want
+
+
+def test_template_leaves_pod_only_fields_unresolved() -> None:
+    container = {"env": [{**field("status.podIP"), "name": "IP"}, {**field("metadata.namespace"), "name": "NS"},
+                         {**field("metadata.name"), "name": "NAME"}, {**field("spec.nodeName"), "name": "NODE"},
+                         {**field("metadata.labels['app']"), "name": "APP"}]}
+    facts = pod(container, running=False)
+    env = resolve(facts, facts.pod["spec"]["containers"][0], configmaps={}, secrets={}, services=[])
+    assert env.as_dict() == {"NS": "shop", "APP": "api"}
+    assert [u.name for u in env.unresolved] == ["IP", "NAME", "NODE"]
+    assert "running pod" in env.unresolved[0].reason
+    assert "dotenv" and "# IP: not resolved" in render(env)
+
+
+def resource(res: str, divisor: str | None = None) -> dict[str, Any]:
+    ref: dict[str, Any] = {"resource": res}
+    if divisor:
+        ref["divisor"] = divisor
+    return {"name": "R", "valueFrom": {"resourceFieldRef": ref}}
+
+
+@pytest.mark.parametrize(("ref", "resources", "want"), [
+    (resource("limits.cpu"), {"limits": {"cpu": "250m"}}, "1"),
+    (resource("limits.cpu", "1m"), {"limits": {"cpu": "250m"}}, "250"),
+    (resource("requests.cpu", "100m"), {"requests": {"cpu": "1.5"}}, "15"),
+    (resource("limits.memory"), {"limits": {"memory": "64Mi"}}, str(64 * 2**20)),
+    (resource("limits.memory", "1Mi"), {"limits": {"memory": "64Mi"}}, "64"),
+    (resource("limits.memory", "1Gi"), {"limits": {"memory": "100Mi"}}, "1"),
+    (resource("requests.memory", "1k"), {"requests": {"memory": "1500"}}, "2"),
+    (resource("requests.memory"), {}, "0"),
+    (resource("limits.ephemeral-storage", "1G"), {"limits": {"ephemeral-storage": "2e9"}}, "2"),
+])
+def test_resource_field_refs_with_divisors(ref: dict[str, Any], resources: dict[str, Any], want: str) -> None:
+    facts = pod({"env": [ref], "resources": resources})
+    assert resolve(facts, facts.pod["spec"]["containers"][0], configmaps={}, secrets={}, services=[]).as_dict()["R"] == want
+
+
+def test_unset_limit_is_the_node_allocatable_or_unresolved() -> None:
+    facts = pod({"env": [resource("limits.cpu", "1m")]})
+    env = resolve(facts, facts.pod["spec"]["containers"][0], configmaps={}, secrets={}, services=[])
+    assert env.unresolved and "allocatable" in env.unresolved[0].reason
+    with_node = PodFacts(facts.pod, True, {"cpu": "2"})
+    assert resolve(with_node, facts.pod["spec"]["containers"][0], configmaps={}, secrets={},
+                   services=[]).as_dict()["R"] == "2000"
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("1", 1), ("500m", quantity.Fraction(1, 2)), ("1Ki", 1024), ("1e3", 1000), ("2.5G", 2_500_000_000), ("1E", 10**18),
+])
+def test_quantities(text: str, value: Any) -> None:
+    assert quantity.parse(text) == value
+
+
+def test_references_and_redaction() -> None:
+    container = {"envFrom": [{"secretRef": {"name": "creds"}}, {"configMapRef": {"name": "cfg"}}],
+                 "env": [{"name": "DSN", "value": "user:$(PASSWORD)@db"},
+                         {"name": "K", "valueFrom": {"configMapKeyRef": {"name": "more", "key": "k"}}}]}
+    refs = references(container)
+    assert refs.configmaps == {"cfg", "more"} and refs.secrets == {"creds"}
+    facts = pod(container)
+    env = resolve(facts, container, configmaps={"cfg": CM, "more": {"data": {"k": "v"}}}, secrets={"creds": SECRET},
+                  services=[])
+    assert env.as_dict()["DSN"] == "user:hunter2@db"
+    printed = render(env, "dotenv")
+    assert "hunter2" not in printed and "t0k" not in printed
+    assert f"DSN={REDACTED}" in printed.replace('"', "")
+    assert "hunter2" in render(env, "json", reveal=True)
+    explained = render(env, "shell", explain=True)
+    assert "# PASSWORD: envFrom.secret Secret creds key PASSWORD (secret)" in explained
+    assert "# K: configMapKeyRef ConfigMap more key k" in explained
