@@ -258,3 +258,16 @@ def test_references_and_redaction() -> None:
     explained = render(env, "shell", explain=True)
     assert "# PASSWORD: envFrom.secret Secret creds key PASSWORD (secret)" in explained
     assert "# K: configMapKeyRef ConfigMap more key k" in explained
+
+
+@pytest.mark.parametrize(("line", "want"), [
+    ("-rw-r--r-- 1 0 0 15 Dec  1 17:21 ./test.txt", [("-", 0o644, "./test.txt")]),
+    ("drwxr-s--- 2 1000 1000 4096 Jan 12  2025 ./a dir", [("d", 0o750, "./a dir")]),
+    ("-rwsr-xr-T    1 0        0              0 Dec  1 17:21 ./x", [("-", 0o754, "./x")]),
+    ("lrwxrwxrwx 1 0 0 4 Dec  1 17:21 ./link -> x", [("l", 0o777, "./link -> x")]),
+    ("ls: ./gone: No such file or directory", []),
+])
+def test_shell_fallback_listing(line: str, want: list[tuple[str, int, str]]) -> None:
+    from tether.bridge.volumecopy import parse_listing
+
+    assert parse_listing(line) == want

@@ -33,7 +33,7 @@ import yaml
 from tether.bridge.envresolve import Environment, ResolveError, ServiceAddress, Source, Variable
 
 if TYPE_CHECKING:
-    from tether.bridge.volumes import Downloaded
+    from tether.bridge.volumecopy import Downloaded
 
 SUPPORTED_VERSION = "0.1"
 TOP_KEYS = ("version", "env", "volumeMounts", "enableFeatures")

@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from tether.bridge import api, b2kconfig, render, volumes
+from tether.bridge import api, b2kconfig, render
+from tether.bridge import volumecopy as volumes
 from tether.bridge.envresolve import ResolveError
 from tether.kube import KubeError
 from tether.kube.config import KubeconfigError
@@ -24,7 +25,7 @@ Kubeconfig = Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfi
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="env", context_settings={"allow_interspersed_args": False})(env)
+    app.command(name="env")(env)
     app.command(name="volumes")(volumes_command)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tether.bridge.api import Resolved
+from tether.bridge.api import Resolved, client_for, resolve_environment, run_sync
 from tether.bridge.envresolve import ResolveError, Source, Unknowable, Variable
 from tether.bridge.volumefiles import File, Mount, api_files, mounts, referenced_objects
 from tether.kube import KubeClient, KubeError
@@ -96,10 +96,10 @@ def parse_listing(listing: str) -> list[tuple[str, int, str]]:
         match = _LS_LINE.match(line)
         if not match:
             continue
-        columns = match.group(3).split(None, 6)
-        if len(columns) < 7:
+        columns = match.group(3).split(None, 7)  # links, uid, gid, size, month, day, time|year, path
+        if len(columns) < 8:
             continue
-        path = columns[6]
+        path = columns[7]
         if not path.startswith("./") and path != ".":
             continue
         entries.append((match.group(1), parse_mode(match.group(2)), path))
@@ -281,3 +281,18 @@ async def watch(client: KubeClient, resolved: Resolved, downloaded: Mapping[str,
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def volumes(target: str, to: Path, *, namespace: str | None = None, container: str | None = None,
+            context: str | None = None, kubeconfig: Path | None = None,
+            method: Method = "auto") -> dict[str, Downloaded]:
+    """Download `target`'s volumes into `to` (see `download`), for scripts, tests and notebooks."""
+
+    async def run() -> dict[str, Downloaded]:
+        client, default_namespace = client_for(context, kubeconfig)
+        async with client:
+            resolved = await resolve_environment(client, target, namespace=namespace or default_namespace,
+                                                 container=container)
+            return await download(client, resolved, to, method=method)
+
+    return run_sync(run)
