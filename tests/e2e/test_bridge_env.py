@@ -179,3 +179,43 @@ def test_b2k_config_runs_an_existing_project(clusters: Any, ns: str, app: dict[s
     failed = tether(clusters, "env", "deploy/api", "-n", ns, "--config", str(bad), "--", "true", check=False)
     assert failed.returncode == 1
     assert f"{bad}:6: unknown token '$(volumes:testvolume)'" in failed.stderr
+
+
+async def test_watch_keeps_configmap_and_secret_volumes_in_sync(clusters: Any, ns: str, tmp_path: Path) -> None:
+    """No pod needed: API-built volumes follow their ConfigMap and Secret through watches."""
+    import asyncio
+
+    from tether.bridge import volumecopy
+    from tether.bridge.api import client_for, resolve_environment
+
+    clusters.kubectl("apply", "-n", ns, "-f", str(EXAMPLES / "app.yaml"))
+    clusters.kubectl("scale", "deploy/api", "-n", ns, "--replicas=0")
+    client, _ = client_for(clusters.names[0], clusters.kubeconfig)
+    async with client:
+        resolved = await resolve_environment(client, "deploy/api", namespace=ns)
+        config = [m for m in volumecopy.mounts(resolved.facts, resolved.container_name) if m.from_api]
+        downloaded = {}
+        for mount in config:
+            directory = tmp_path / mount.name
+            volumecopy.write_files(directory, await volumecopy.render_api_volume(client, resolved, mount))
+            downloaded[mount.name] = volumecopy.Downloaded(mount.name, mount.kind, directory, mount.mount_path, True)
+        allow = tmp_path / "config" / "lists" / "allow.txt"
+        assert allow.read_text() == "alice\nbob\n"
+        updates: list[str] = []
+        stop = asyncio.Event()
+        task = asyncio.create_task(volumecopy.watch(client, resolved, downloaded, log=updates.append, stop=stop))
+        try:
+            await asyncio.to_thread(clusters.kubectl, "patch", "configmap", "app-config", "-n", ns, "--type=merge",
+                                    "-p", json.dumps({"data": {"allow-list.txt": "carol\n"}}))
+            await asyncio.to_thread(poll, lambda: allow.read_text() == "carol\n", timeout=TIMEOUT_S,
+                                    what="the ConfigMap change in the volume")
+            await asyncio.to_thread(clusters.kubectl, "patch", "secret", "app-secret", "-n", ns, "--type=merge",
+                                    "-p", json.dumps({"stringData": {"DB_PASSWORD": "rotated"}}))
+            password = tmp_path / "secret" / "DB_PASSWORD"
+            await asyncio.to_thread(poll, lambda: password.read_text() == "rotated", timeout=TIMEOUT_S,
+                                    what="the Secret change in the volume")
+            assert stat.S_IMODE(password.stat().st_mode) == 0o400
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, TIMEOUT_S)
+        assert any("volume config updated (ConfigMap app-config modified)" in u for u in updates), updates

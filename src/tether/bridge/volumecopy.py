@@ -28,7 +28,7 @@ from typing import Literal
 from tether.bridge.api import Resolved, client_for, resolve_environment, run_sync
 from tether.bridge.envresolve import ResolveError, Source, Unknowable, Variable
 from tether.bridge.volumefiles import File, Mount, api_files, mounts, referenced_objects
-from tether.kube import KubeClient, KubeError
+from tether.kube import Backoff, Expired, KubeClient, KubeError, ServerError, Unreachable
 from tether.kube.podexec import run as exec_run
 
 Log = Callable[[str], None]
@@ -245,28 +245,52 @@ async def watch(client: KubeClient, resolved: Resolved, downloaded: Mapping[str,
     watched = [m for m in mounts(resolved.facts, resolved.container_name) if m.from_api and m.name in downloaded]
     configmap_names, secret_names = referenced_objects(watched)
 
+    last: dict[str, dict[str, File]] = {}  # what each volume holds now, to skip no-op rewrites
+
+    async def refresh(kind: str, name: str, why: str) -> None:
+        for mount in watched:
+            used_configmaps, used_secrets = referenced_objects([mount])
+            if name not in (used_configmaps if kind == "ConfigMap" else used_secrets):
+                continue
+            try:
+                files = await render_api_volume(client, resolved, mount)
+                if last.get(mount.name) == files:
+                    continue
+                write_files(downloaded[mount.name].path, files)
+                if log and mount.name in last:
+                    log(f"volume {mount.name} updated ({kind} {name} {why})")
+                last[mount.name] = files
+            except ResolveError as exc:
+                if log:
+                    log(f"volume {mount.name} not updated: {exc}")
+
     async def follow(kind: str, names: set[str]) -> None:
+        """List once, then watch from there; after a 410 list again and rewrite everything."""
         if not names:
             return
+        backoff = Backoff(base_s=0.5, max_s=30.0)
+        failures = 0
         resource_version = ""
         while stop is None or not stop.is_set():
-            listed = await client.list_all("v1", kind, resolved.namespace)
-            resource_version = listed.resource_version
-            async for event in client.watch("v1", kind, resolved.namespace, resource_version=resource_version):
-                name = str(((event.object or {}).get("metadata") or {}).get("name", ""))
-                if event.type in ("ADDED", "MODIFIED", "DELETED") and name in names:
-                    for mount in watched:
-                        used_cm, used_secret = referenced_objects([mount])
-                        if name in (used_cm if kind == "ConfigMap" else used_secret):
-                            try:
-                                write_files(downloaded[mount.name].path, await render_api_volume(client, resolved, mount))
-                                if log:
-                                    log(f"volume {mount.name} updated ({kind} {name} {event.type.lower()})")
-                            except ResolveError as exc:
-                                if log:
-                                    log(f"volume {mount.name} not updated: {exc}")
-                if stop is not None and stop.is_set():
-                    return
+            try:
+                if not resource_version:
+                    listed = await client.list_all("v1", kind, resolved.namespace)
+                    resource_version = listed.resource_version
+                    for name in sorted(names):  # changes since the download or the last watch
+                        await refresh(kind, name, "relisted")
+                async for event in client.watch("v1", kind, resolved.namespace, resource_version=resource_version):
+                    resource_version = event.resource_version or resource_version
+                    name = str((event.object.get("metadata") or {}).get("name", ""))
+                    if event.type != "BOOKMARK" and name in names:
+                        await refresh(kind, name, event.type.lower())
+                failures = 0
+            except Expired:
+                resource_version, failures = "", failures + 1
+            except (Unreachable, ServerError) as exc:
+                failures += 1
+                if log:
+                    log(f"watching {kind}s: {exc}; retrying")
+                await asyncio.sleep(backoff.delay_s(failures))
 
     tasks = [asyncio.create_task(follow("ConfigMap", configmap_names)),
              asyncio.create_task(follow("Secret", secret_names))]
