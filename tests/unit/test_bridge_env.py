@@ -158,7 +158,7 @@ def test_invalid_keys_are_skipped_with_the_kubelet_message() -> None:
     facts = pod({"envFrom": [{"configMapRef": {"name": "cfg"}}]})
     env = resolve(facts, facts.pod["spec"]["containers"][0], configmaps={"cfg": CM}, secrets={}, services=[])
     assert "a=b" not in env.as_dict() and env.as_dict()["bad key"] == "x"
-    assert env.warnings == ("Keys [a=b] from the EnvFrom configmap shop/cfg were skipped since they are "
+    assert env.warnings == ("Keys [a=b] from the EnvFrom configMap shop/cfg were skipped since they are "
                             "considered invalid environment variable names.",)
 
 

@@ -430,7 +430,8 @@ def resolve(facts: PodFacts, container: Obj, *,
             declared[full] = Variable(full, value, Source(f"envFrom.{kind[0].lower()}{kind[1:]}", detail),
                                       secret=is_secret)
         if invalid:
-            warnings.append(f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom {kind.lower()} "
+            word = "secret" if is_secret else "configMap"
+            warnings.append(f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom {word} "
                             f"{namespace}/{name} were skipped since they are considered invalid "
                             f"environment variable names.")
 
