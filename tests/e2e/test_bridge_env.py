@@ -75,7 +75,7 @@ def parse_env(text: str) -> dict[str, str]:
     for line in text.splitlines():
         name, eq, value = line.partition("=")
         if eq:  # dotenv quotes values with characters a shell would read specially
-            out[name] = value[1:-1] if len(value) > 1 and value[0] == value[-1] == '"' else value
+            out[name] = value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
     return out
 
 

@@ -253,7 +253,7 @@ def test_references_and_redaction() -> None:
     assert env.as_dict()["DSN"] == "user:hunter2@db"
     printed = render(env, "dotenv")
     assert "hunter2" not in printed and "t0k" not in printed
-    assert f"DSN={REDACTED}" in printed.replace('"', "")
+    assert f"DSN='{REDACTED}'" in printed
     assert "hunter2" in render(env, "json", reveal=True)
     explained = render(env, "shell", explain=True)
     assert "# PASSWORD: envFrom.secret Secret creds key PASSWORD (secret)" in explained
@@ -271,3 +271,18 @@ def test_shell_fallback_listing(line: str, want: list[tuple[str, int, str]]) -> 
     from tether.bridge.volumecopy import parse_listing
 
     assert parse_listing(line) == want
+
+
+@pytest.mark.parametrize(("value", "dotenv", "shell"), [
+    ("plain", "V=plain", "export V=plain"),
+    ("", "V=''", "export V=''"),
+    ("a b $(X) $HOME", "V='a b $(X) $HOME'", "export V='a b $(X) $HOME'"),
+    ("it's", 'V="it\'s"', "export V='it'\"'\"'s'"),
+    ("two\nlines \"q\" \\", 'V="two\\nlines \\"q\\" \\\\"', "export V='two\nlines \"q\" \\'"),
+])
+def test_dotenv_and_shell_quoting(value: str, dotenv: str, shell: str) -> None:
+    from tether.bridge.envresolve import Environment, Source, Variable
+
+    env = Environment((Variable("V", value, Source("value")),))
+    assert render(env, "dotenv") == dotenv + "\n"
+    assert render(env, "shell") == shell + "\n"

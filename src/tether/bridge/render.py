@@ -20,9 +20,13 @@ def _shown(variable: Variable, reveal: bool) -> str:
 
 
 def _dotenv_value(value: str) -> str:
+    """Bare when plain; single-quoted (literal in dotenv readers: no escapes, no `$` expansion)
+    when possible; else double-quoted with `\\`, `"` and newlines escaped."""
     if value and all(c.isalnum() or c in "_-./:@,+%" for c in value):
         return value
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("$", "\\$")
+    if "'" not in value and "\n" not in value and "\r" not in value:
+        return f"'{value}'"
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
     return f'"{escaped}"'
 
 
