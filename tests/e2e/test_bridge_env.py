@@ -219,3 +219,42 @@ async def test_watch_keeps_configmap_and_secret_volumes_in_sync(clusters: Any, n
             stop.set()
             await asyncio.wait_for(task, TIMEOUT_S)
         assert any("volume config updated (ConfigMap app-config modified)" in u for u in updates), updates
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the pod writes its volumes at their mountPath: needs mount namespaces (root)")
+def test_image_without_tar_falls_back_and_without_a_shell_fails_clearly(clusters: Any, ns: str,
+                                                                        tmp_path: Path) -> None:
+    """Local pods use this machine's tools: a PATH holding only sh, find, ls and cat is an image
+    without tar; an empty PATH one without a shell either."""
+    import shutil
+
+    from tether import bridge
+
+    tools, empty = tmp_path / "bin", tmp_path / "empty"
+    tools.mkdir()
+    empty.mkdir()
+    for name in ("sh", "find", "ls", "cat", "sleep"):
+        found = shutil.which(name)
+        assert found, name
+        (tools / name).symlink_to(found)
+    mount = str(tmp_path / "mnt")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "notar"}, "spec": {
+        "containers": [
+            {"name": "app", "image": "busybox", "command": ["sh", "-c", f"echo no tar here > {mount}/f; exec sleep 3600"],
+             "env": [{"name": "PATH", "value": str(tools)}], "volumeMounts": [{"name": "d", "mountPath": mount}]},
+            {"name": "bare", "image": "busybox", "command": [str(tools / "sleep"), "3600"],
+             "env": [{"name": "PATH", "value": str(empty)}], "volumeMounts": [{"name": "d", "mountPath": mount}]}],
+        "volumes": [{"name": "d", "emptyDir": {}}]}}
+    clusters.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(pod))
+    poll(lambda: clusters.kubectl("exec", "-n", ns, "notar", "-c", "app", "--", "cat", f"{mount}/f",
+                                  check=False).stdout == "no tar here\n", timeout=TIMEOUT_S, interval=0.5,
+         what="the pod's file")
+    common: dict[str, Any] = {"namespace": ns, "context": clusters.names[0], "kubeconfig": clusters.kubeconfig}
+
+    result = tether(clusters, "volumes", "notar", "-n", ns, "-c", "app", "--to", str(tmp_path / "out"))
+    assert "container app has no tar: copying volume d file by file" in result.stderr
+    assert (tmp_path / "out" / "d" / "f").read_text() == "no tar here\n"
+    with pytest.raises(bridge.VolumeError, match="the container app of pod notar has no tar"):
+        bridge.volumes("notar", tmp_path / "tar", container="app", method="tar", **common)
+    with pytest.raises(bridge.VolumeError, match="the container has neither tar nor a shell with find, ls and cat"):
+        bridge.volumes("notar", tmp_path / "bare", container="bare", **common)
