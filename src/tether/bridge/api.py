@@ -27,7 +27,7 @@ from tether.bridge.envresolve import (
     resolve,
 )
 from tether.bridge.target import parse_target, resolve_target
-from tether.kube import KubeClient, load_kubeconfig
+from tether.kube import Forbidden, KubeClient, load_kubeconfig
 
 Obj = Mapping[str, Any]
 T = TypeVar("T")
@@ -68,13 +68,24 @@ async def _fetch_named(client: KubeClient, kind: str, names: frozenset[str], nam
     return found
 
 
-async def _services(client: KubeClient, namespace: str, enable_links: bool) -> list[Obj]:
-    services: list[Obj] = list(await client.list_objects("v1", "Service", namespace)) if enable_links else []
+async def _services(client: KubeClient, namespace: str, enable_links: bool) -> tuple[list[Obj], list[str]]:
+    """The Services whose link variables the pod gets, and warnings for those tether may not read."""
+    services: list[Obj] = []
+    warnings: list[str] = []
+    if enable_links:
+        try:
+            services = list(await client.list_objects("v1", "Service", namespace))
+        except Forbidden:
+            warnings.append(f"Service link variables left out: you may not list Services in {namespace}")
     if namespace != "default" or not enable_links:
-        master = await client.get_or_none("v1", "Service", "kubernetes", "default")
+        try:
+            master = await client.get_or_none("v1", "Service", "kubernetes", "default")
+        except Forbidden:
+            master = None
+            warnings.append("KUBERNETES_SERVICE_* left out: you may not read the Service default/kubernetes")
         if master is not None:
             services.append(master)
-    return services
+    return services, warnings
 
 
 async def resolve_environment(client: KubeClient, target: str, *, namespace: str,
@@ -88,10 +99,10 @@ async def resolve_environment(client: KubeClient, target: str, *, namespace: str
     configmaps = await _fetch_named(client, "ConfigMap", refs.configmaps, namespace)
     secrets = await _fetch_named(client, "Secret", refs.secrets, namespace)
     spec = facts.pod.get("spec") or {}
-    services = await _services(client, namespace, spec.get("enableServiceLinks") is not False)
+    services, warnings = await _services(client, namespace, spec.get("enableServiceLinks") is not False)
     env = resolve(facts, chosen, configmaps=configmaps, secrets=secrets, services=services,
                   addresses=addresses)
-    return Resolved(facts, chosen, env)
+    return Resolved(facts, chosen, Environment(env.variables, env.unresolved, env.warnings + tuple(warnings)))
 
 
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:

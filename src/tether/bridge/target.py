@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.bridge.envresolve import PodFacts, ResolveError
-from tether.kube import KubeClient, NotFound
+from tether.kube import KubeClient, KubeError, NotFound
 from tether.objects.selectors import label_selector_to_string
 
 Obj = Mapping[str, Any]
@@ -79,7 +79,7 @@ async def _node_allocatable(client: KubeClient, pod: Obj) -> Mapping[str, str] |
         return None
     try:
         node = await client.get_or_none("v1", "Node", str(node_name))
-    except Exception:  # reading Nodes is often forbidden to developers: limits stay unresolved
+    except KubeError:  # reading Nodes is often forbidden to developers: limits stay unresolved
         return None
     if node is None:
         return None

@@ -14,12 +14,12 @@ Each volume lands in `<root>/<volume name>` unless a local path is given for it;
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import re
 import shlex
 import shutil
 import tarfile
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,20 +110,23 @@ def parse_listing(listing: str) -> list[tuple[str, int, str]]:
 
 
 async def _tar_copy(client: KubeClient, resolved: Resolved, pod: str, mount: Mount, directory: Path) -> bool:
-    """True when copied; False when the container has no tar."""
-    result = await exec_run(client, resolved.namespace, pod, resolved.container_name,
-                            ["tar", "cf", "-", "-C", mount.mount_path, "."])
-    if result.exit_code in _NO_SUCH_COMMAND or (result.exit_code != 0 and not result.stdout
-                                                 and b"not found" in result.stderr + result.message.encode()):
-        return False
-    if result.exit_code not in (0, 1):  # GNU tar exits 1 when a file changed while it read it
-        raise VolumeError(f"copying volume {mount.name} from {mount.mount_path} with tar failed "
-                          f"(exit {result.exit_code}): {result.stderr.decode('utf-8', 'replace').strip()}"
-                          f"{result.message}")
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as archive:
-        archive.extractall(directory, filter="tar")
+    """True when copied; False when the container has no tar. The archive is spooled to disk."""
+    with tempfile.TemporaryFile() as archive_file:
+        result = await exec_run(client, resolved.namespace, pod, resolved.container_name,
+                                ["tar", "cf", "-", "-C", mount.mount_path, "."], stdout_sink=archive_file.write)
+        got_archive = archive_file.tell() > 0
+        if result.exit_code in _NO_SUCH_COMMAND or (result.exit_code != 0 and not got_archive
+                                                     and b"not found" in result.stderr + result.message.encode()):
+            return False
+        if result.exit_code not in (0, 1):  # GNU tar exits 1 when a file changed while it read it
+            raise VolumeError(f"copying volume {mount.name} from {mount.mount_path} with tar failed "
+                              f"(exit {result.exit_code}): {result.stderr.decode('utf-8', 'replace').strip()}"
+                              f"{result.message}")
+        archive_file.seek(0)
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        with tarfile.open(fileobj=archive_file, mode="r:") as archive:
+            archive.extractall(directory, filter="tar")
     directory.chmod(0o755)
     return True
 

@@ -3,7 +3,9 @@
 The client side of `v5.channel.k8s.io` (falling back to v4): binary messages whose first byte
 is the channel; the final `Status` arrives on channel 3 and carries the exit code as an
 `ExitCode` cause. Output is collected whole (bounded by `max_output`), which is what callers that
-copy files out of a pod need; stdin, when given, is sent and then closed (v5's `[255, 0]`).
+copy files out of a pod need, or stdout is handed to a sink as it arrives (a large archive).
+Stdin, when given, is sent and then closed with v5's `[255, 0]`; v4 has no way to close it, so
+under v4 the command must not read stdin to its end.
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tether.kube.client import KubeClient
 from tether.kube.errors import KubeError, Unreachable, error_from_status
 from tether.net import websocket
 
-DEFAULT_MAX_OUTPUT = 1 << 31
+DEFAULT_MAX_OUTPUT = 256 << 20  # what is kept in memory; a stdout sink has no limit
+DEFAULT_IDLE_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -65,15 +68,18 @@ def exit_code_of(status: dict[str, object]) -> tuple[int, str]:
 
 
 async def run(client: KubeClient, namespace: str, pod: str, container: str, command: Sequence[str], *,
-              stdin: bytes | None = None, timeout_s: float = 300.0,
-              max_output: int = DEFAULT_MAX_OUTPUT) -> ExecResult:
-    """Run `command` to completion and collect its output and exit code."""
+              stdin: bytes | None = None, timeout_s: float | None = None,
+              idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, max_output: int = DEFAULT_MAX_OUTPUT,
+              stdout_sink: Callable[[bytes], object] | None = None) -> ExecResult:
+    """Run `command` to completion and collect its output and exit code. `timeout_s` bounds the
+    whole run (None: no bound), `idle_timeout_s` each wait for data; with `stdout_sink` stdout
+    goes there and `ExecResult.stdout` is empty."""
     headers = [("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
                ("Sec-WebSocket-Key", websocket.new_client_key()),
                ("Sec-WebSocket-Protocol", ", ".join(websocket.EXEC_SUBPROTOCOLS))]
     target = exec_target(namespace, pod, container, command, stdin=stdin is not None)
-    deadline = time.monotonic() + timeout_s
-    async with client.upgrade("GET", target, headers=headers, timeout_s=timeout_s) as answer:
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    async with client.upgrade("GET", target, headers=headers, timeout_s=idle_timeout_s) as answer:
         if answer.stream is None:
             try:
                 status = json.loads(answer.body)
@@ -95,16 +101,21 @@ async def run(client: KubeClient, namespace: str, pod: str, container: str, comm
         out, err, status_raw = bytearray(), bytearray(), b""
         finished = False
         while not finished:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Unreachable(client.server, f"exec in {namespace}/{pod} did not finish within {timeout_s:.0f}s")
-            data = await stream.read(idle_timeout_s=left)
+            wait_s = idle_timeout_s
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Unreachable(client.server, f"exec in {namespace}/{pod} did not finish within {timeout_s}s")
+                wait_s = min(wait_s, left)
+            data = await stream.read(idle_timeout_s=wait_s)
             if not data:
                 break
             for event in conn.receive_data(data):
                 if isinstance(event, websocket.Message) and event.payload:
                     channel, body = websocket.parse_channel(event.payload)
-                    if channel == websocket.STDOUT:
+                    if channel == websocket.STDOUT and stdout_sink is not None:
+                        stdout_sink(body)
+                    elif channel == websocket.STDOUT:
                         out += body
                     elif channel == websocket.STDERR:
                         err += body
