@@ -286,3 +286,53 @@ def test_dotenv_and_shell_quoting(value: str, dotenv: str, shell: str) -> None:
     env = Environment((Variable("V", value, Source("value")),))
     assert render(env, "dotenv") == dotenv + "\n"
     assert render(env, "shell") == shell + "\n"
+
+
+def test_a_namespace_service_named_kubernetes_replaces_the_master_one() -> None:
+    own = svc("kubernetes", "shop", "10.96.9.9", {"port": 8443})
+    for services in ([*SERVICES, own], [own, *SERVICES]):
+        facts = pod({})
+        got = resolve(facts, facts.pod["spec"]["containers"][0], configmaps={}, secrets={}, services=services).as_dict()
+        assert got["KUBERNETES_SERVICE_HOST"] == "10.96.9.9" and got["KUBERNETES_SERVICE_PORT"] == "8443"
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("api-7f9", ("v1", "Pod", "api-7f9")), ("pod/x", ("v1", "Pod", "x")), ("deploy/api", ("apps/v1", "Deployment", "api")),
+    ("deployment/api", ("apps/v1", "Deployment", "api")), ("sts/db", ("apps/v1", "StatefulSet", "db")),
+    ("ds/agent", ("apps/v1", "DaemonSet", "agent")), ("job/migrate", ("batch/v1", "Job", "migrate")),
+    ("rs/api-1", ("apps/v1", "ReplicaSet", "api-1")),
+])
+def test_targets(text: str, want: tuple[str, str, str]) -> None:
+    from tether.bridge.target import parse_target
+
+    target = parse_target(text)
+    assert (target.api_version, target.kind, target.name) == want
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("svc/api", "unknown target kind 'svc'"), ("deploy/", "needs one name"), ("deploy/a/b", "needs one name"),
+])
+def test_bad_targets(text: str, message: str) -> None:
+    from tether.bridge.target import TargetError, parse_target
+
+    with pytest.raises(TargetError, match=message):
+        parse_target(text)
+
+
+def test_choose_pod_prefers_ready_then_newest() -> None:
+    from tether.bridge.target import choose_pod
+
+    def p(name: str, phase: str, ready: bool, created: str, deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "creationTimestamp": created}
+        if deleting:
+            meta["deletionTimestamp"] = created
+        return {"metadata": meta, "status": {"phase": phase, "conditions": [
+            {"type": "Ready", "status": "True" if ready else "False"}]}}
+
+    pods = [p("old-ready", "Running", True, "2026-01-01T00:00:00Z"),
+            p("new-unready", "Running", False, "2026-01-02T00:00:00Z"),
+            p("newest-ready-deleting", "Running", True, "2026-01-03T00:00:00Z", deleting=True),
+            p("pending", "Pending", False, "2026-01-04T00:00:00Z")]
+    assert choose_pod(pods)["metadata"]["name"] == "old-ready"  # type: ignore[index]
+    assert choose_pod(pods[1:])["metadata"]["name"] == "new-unready"  # type: ignore[index]
+    assert choose_pod(pods[3:]) is None
