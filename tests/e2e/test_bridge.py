@@ -131,6 +131,7 @@ def test_template_without_a_pod_reports_what_it_cannot_know(clusters: Any, ns: s
     env = parse_env(result.stdout)
     assert env["GREETING"] == "hello" and "POD_IP" not in env
     assert "POD_IP not resolved: status.podIP is known only for a running pod" in result.stderr
+    assert "note: no pod of deploy/api is running: resolved from its pod template" in result.stderr
     missing = tether(clusters, "env", "deploy/absent", "-n", ns, check=False)
     assert missing.returncode == 1 and 'deployment "absent" not found' in missing.stderr
 

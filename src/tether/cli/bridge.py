@@ -87,6 +87,8 @@ def env(
     except (ResolveError, KubeError, KubeconfigError, b2kconfig.ConfigFileError, volumes.VolumeError) as exc:
         raise _fail(str(exc)) from None
     environment = resolved.environment
+    if not resolved.facts.running:
+        typer.echo(f"note: no pod of {target} is running: resolved from its pod template", err=True)
     for warning in environment.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if not command:
