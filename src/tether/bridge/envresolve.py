@@ -341,11 +341,12 @@ def resource_field_ref(facts: PodFacts, container: Obj, ref: Obj) -> str:
     divisor = quantity.parse(divisor_text) if divisor_text else Fraction(0)
     if divisor == 0:
         divisor = Fraction(1)
-    if name == "cpu":
-        milli = quantity.scaled_ceiling(value, Fraction(1, 1000))
-        return str(quantity.scaled_ceiling(Fraction(milli), Fraction(quantity.scaled_ceiling(divisor, Fraction(1, 1000)))))
-    whole = quantity.scaled_ceiling(value, Fraction(1))
-    return str(quantity.scaled_ceiling(Fraction(whole), Fraction(max(1, quantity.scaled_ceiling(divisor, Fraction(1))))))
+    # Both sides are first rounded up to whole units (millicores for CPU), as Quantity's
+    # MilliValue()/Value() do, then divided and rounded up again.
+    unit = Fraction(1, 1000) if name == "cpu" else Fraction(1)
+    numerator = quantity.scaled_ceiling(value, unit)
+    denominator = max(1, quantity.scaled_ceiling(divisor, unit))
+    return str(quantity.scaled_ceiling(Fraction(numerator), Fraction(denominator)))
 
 
 # references and resolution --------------------------------------------------------------------
