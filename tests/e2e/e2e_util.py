@@ -60,9 +60,11 @@ class Collected:
     """A long-running process whose output lines are collected as they come (stderr too when
     `merge_stderr`, else kept apart for `finish`)."""
 
-    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, merge_stderr: bool = False) -> None:
+    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, merge_stderr: bool = False,
+                 cwd: Path | None = None) -> None:
         self.proc = subprocess.Popen(
             args,
+            cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             text=True,

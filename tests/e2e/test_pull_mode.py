@@ -120,7 +120,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", str(s.kubeconfig),
                  "--context", "host", "--port", "0", "--tunnel-agent-port", "0",
                  "--tunnel-frontend-port", "0", "--tunnel-bind-address", "127.0.0.1",
-                 "--data-dir", str(main_dir / "hub"), "--health-period", "0.5",
+                 "--data-dir", str(main_dir), "--health-period", "0.5",
                  "--health-threshold", "1", "--health-grace", str(GRACE_S), "--resync", "5",
                  "-v"], stdout=log, stderr=subprocess.STDOUT)
         poll(lambda: "tunnel server: agents at" in s.hub_log.read_text(), what="the hub's tunnel")

@@ -12,6 +12,9 @@
 5. Karmada: a plain Deployment of 6 replicas and a PropagationPolicy dividing them 2:1 applied on
    the hub: `cluster` runs 4, `cluster1` 2, and the hub's own `kubectl get deploy` shows the sum,
    6/6 ready, with no pod on the hub.
+6. Connect (`demo_connect`): a Service of `cluster` mirrored into `cluster1` by the hub's
+   `MirrorPolicy`, with the other cluster's pod addresses as endpoints, and asked over HTTP
+   through the mirror's ClusterIP.
 
 Every step is idempotent (server-side apply, join of a joined cluster), so running the demo
 again repairs or confirms the same state.
@@ -30,6 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tether.app import demo_connect
 from tether.app.hub import Hub
 from tether.app.hubconfig import HubConfig
 from tether.federation import install, registry
@@ -362,6 +366,23 @@ def karmada_table(result: KarmadaResult) -> Table:
     return table
 
 
+def print_connect(console: Console, result: demo_connect.ConnectResult) -> None:
+    where = f"{demo_connect.MIRROR_NAMESPACE}/{demo_connect.MIRROR}"
+    if not result.cluster_ip:
+        console.print(f"[red]no mirror {where} in cluster1 within {PROPAGATION_WAIT_S:.0f}s[/red]: "
+                      "`kubectl --context hub get mirrorpolicy demo -o yaml` says why")
+        return
+    console.print(f"cluster1 has Service {where} (ClusterIP {result.cluster_ip}); its endpoints "
+                  f"{', '.join(result.endpoints) or 'none'} are the pods of cluster's Service "
+                  f"{demo_connect.NAMESPACE}/{demo_connect.SERVICE} "
+                  f"({', '.join(result.source_ips) or 'none ready'})")
+    if result.ok:
+        console.print(f"[green]as expected[/green]: http://{result.cluster_ip}:{demo_connect.PORT}/ "
+                      f"in cluster1 is answered by a pod of cluster: {result.answer}")
+    else:
+        console.print(f"[red]the mirror did not answer within {PROPAGATION_WAIT_S:.0f}s[/red]")
+
+
 def cluster_words(state: Mapping[str, Any]) -> str:
     words = []
     for entry in state.get("clusters") or []:
@@ -378,14 +399,16 @@ def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> l
     lines = [
         f"export KUBECONFIG={layout.kubeconfig}",
         "kubectl config get-contexts                # hub, cluster, cluster1",
-        "tether clusters --host-context hub",
-        f"tether get deployments -n {NAMESPACE} --host-context hub -o wide",
-        f"tether describe deployment/{DEPLOYMENT} -n {NAMESPACE} --host-context hub -C cluster",
+        "tether clusters --context hub",
+        f"tether get deployments -n {NAMESPACE} --context hub -o wide",
+        f"tether describe deployment/{DEPLOYMENT} -n {NAMESPACE} --context hub -C cluster",
         f"kubectl --context hub -n {NAMESPACE} get federateddeployment {DEPLOYMENT} -o yaml",
         f"kubectl --context cluster1 -n {NAMESPACE} get deploy,pods",
         f"kubectl --context hub -n {KARMADA_NAMESPACE} get deploy,pods   # 6/6 ready: the members' sum; "
         "no pods",
         f"tether status deployment/{KARMADA_DEPLOYMENT} -n {KARMADA_NAMESPACE} --context hub",
+        f"kubectl --context cluster1 -n {demo_connect.MIRROR_NAMESPACE} get svc,endpointslices"
+        "   # the mirror of cluster's hello",
     ]
     if propagated:
         lines.append("tether hub run --context hub   # keep propagating after the demo exits")
@@ -397,8 +420,8 @@ def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> l
 # run -----------------------------------------------------------------------------------------
 
 
-async def _demo(layout: supervisor.Layout,
-                console: Console) -> tuple[list[MemberResult], KarmadaResult, bool]:
+async def _demo(layout: supervisor.Layout, console: Console
+                ) -> tuple[list[MemberResult], KarmadaResult, demo_connect.ConnectResult, bool]:
     kubeconfig = layout.kubeconfig
     async with KubeClient.from_kubeconfig(kubeconfig, HOST) as host:
         with console.status("installing the hub on `hub`"):
@@ -424,7 +447,23 @@ async def _demo(layout: supervisor.Layout,
             console.print("applied on the hub (Karmada manifests): " + ", ".join(applied))
             with console.status("waiting for the members to run 4 + 2 replicas, and the hub to show their sum"):
                 karmada = await wait_karmada(host, kubeconfig)
-    return results, karmada, True
+            console.print(karmada_table(karmada))
+            if karmada.ok:
+                console.print("[green]as expected[/green]: the hub keeps the Deployment as a template, "
+                              "cluster runs 4 replicas, cluster1 2, and the hub's `kubectl get deploy` "
+                              "shows their sum")
+            else:
+                console.print(f"[red]the Karmada deployment did not finish within "
+                              f"{PROPAGATION_WAIT_S:.0f}s[/red]: `tether status deployment/"
+                              f"{KARMADA_DEPLOYMENT} -n {KARMADA_NAMESPACE}` says why")
+            applied = await demo_connect.apply_connect(host, kubeconfig)
+            console.print("Connect: a Service in cluster, mirrored into cluster1 by the hub: "
+                          + ", ".join(applied))
+            with console.status(f"waiting for {demo_connect.MIRROR} in cluster1 to point at "
+                                "cluster's pods"):
+                connect = await demo_connect.wait_connect(kubeconfig, PROPAGATION_WAIT_S)
+            print_connect(console, connect)
+    return results, karmada, connect, True
 
 
 def run(data_dir: Path, console: Console) -> int:
@@ -436,22 +475,14 @@ def run(data_dir: Path, console: Console) -> int:
         return 1
     console.print(f"[green]local clusters running[/green]: {cluster_words(state)} (data in {data_dir})")
     try:
-        results, karmada, propagated = asyncio.run(_demo(layout, console))
+        results, karmada, connect, propagated = asyncio.run(_demo(layout, console))
     except (KubeError, registry.RegistryError, TimeoutError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         console.print(f"the demo is safe to run again; logs: {layout.log}")
         return 1
     kubefed_ok = all(r.matches(EXPECTED[r.cluster]) for r in results)
-    if propagated:
-        console.print(karmada_table(karmada))
-        if karmada.ok:
-            console.print("[green]as expected[/green]: the hub keeps the Deployment as a template, cluster "
-                          "runs 4 replicas, cluster1 2, and the hub's `kubectl get deploy` shows their sum")
-        else:
-            console.print(f"[red]the Karmada deployment did not finish within {PROPAGATION_WAIT_S:.0f}s[/red]: "
-                          f"`tether status deployment/{KARMADA_DEPLOYMENT} -n {KARMADA_NAMESPACE}` says why")
     console.print("\nTry it:")
     for line in next_steps(layout, data_dir, propagated):
         console.print(f"  {line}", soft_wrap=True, highlight=False)
     console.print(f"Stop with: tether local down --data-dir {data_dir}", soft_wrap=True, highlight=False)
-    return 0 if not propagated or (kubefed_ok and karmada.ok) else 1
+    return 0 if not propagated or (kubefed_ok and karmada.ok and connect.ok) else 1

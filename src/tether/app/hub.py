@@ -3,8 +3,9 @@
 Parts: the shared host informers (Clusters, Works), the cluster health controller, the KubeFed
 and Karmada sync controllers, Karmada's ClusterTaintPolicy and WorkloadRebalancer controllers
 (failover itself is part of the Karmada sync, off unless `failover.enabled`), the push-mode Work
-executor, the registry controller (decides pull
-members' registration requests), and a small HTTP server on 127.0.0.1
+executor, the registry controller (decides pull members' registration requests), the service
+mirror between members (`MirrorPolicy`, `hub_mirror`), the KubeFedCluster views of the Clusters,
+and a small HTTP server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
+from tether.app import hub_mirror
 from tether.app.gcpacing import GcPacing
 from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
@@ -34,6 +36,7 @@ from tether.federation.failover_controllers import (
     WorkloadRebalancerController,
 )
 from tether.federation.health import build_health_controller
+from tether.federation.kubefedcluster import KubeFedClusterViews
 from tether.federation.metrics import HubMetrics
 from tether.federation.propagation import (
     HubInformers,
@@ -68,6 +71,9 @@ class Hub:
         self.rebalancers = WorkloadRebalancerController(host, self.karmada)
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.registrations = RegistrationController(host)
+        self.mirror = hub_mirror.build(self)  # MirrorPolicy: Services mirrored between members
+        self.kubefed_clusters = KubeFedClusterViews(host)
+        self.shared.cluster_handlers.append(self.kubefed_clusters.on_cluster)
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
@@ -126,6 +132,8 @@ class Hub:
                 group.create_task(self.rebalancers.run())
                 group.create_task(self.executor.run())
                 group.create_task(self.registrations.run())
+                group.create_task(self.mirror.run())
+                group.create_task(self.kubefed_clusters.run())
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())

@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tether.cli.options import DataDir
+from tether.kube.config import default_kubeconfig_path
 from tether.local import kubeconfig, netns, network, roles, supervisor
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.local.supervisor import DEFAULT_UNAUTHENTICATED
@@ -20,12 +22,10 @@ app = typer.Typer(help="Embedded local clusters: the default target of `tether d
                   no_args_is_help=True)
 console = Console()
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Where clusters keep their state "
-                                              "[default: $TETHER_LOCAL_DIR or ~/.local/share/tether/local]")]
-
-
 def _layout(data_dir: Path | None) -> supervisor.Layout:
-    return supervisor.Layout((data_dir or supervisor.default_data_dir()).expanduser().resolve())
+    """The clusters' files sit at the root of tether's state (`--data-dir`)."""
+    return supervisor.Layout(data_dir.expanduser().resolve() if data_dir else
+                             supervisor.default_data_dir().expanduser().resolve())
 
 
 def _pki(layout: supervisor.Layout, name: str) -> ClusterPki:
@@ -152,13 +152,35 @@ def _check_network_mode(layout: supervisor.Layout, names: list[str], netns_flag:
         try:
             mode = network.choose_mode(layout.clusters / cluster_name, netns_flag)
         except network.NetworkError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            kept = network.persisted_mode(layout.clusters / cluster_name)
+            message = mode_conflict(layout.root, cluster_name, kept) if kept else str(exc)
+            console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         wants_netns = wants_netns or mode == network.NETNS
+    if wants_netns and hasattr(os, "geteuid") and os.geteuid() != 0:
+        console.print(f"[red]error:[/red] {NEEDS_ROOT}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     reason = netns.unavailable_reason() if wants_netns else None
     if reason is not None:
-        console.print(f"[red]error:[/red] {reason}")
+        console.print(f"[red]error:[/red] {reason}", highlight=False)
         raise typer.Exit(2)
+
+
+NEEDS_ROOT = ("--netns creates network namespaces and needs root: run it as root, e.g. "
+              "`sudo env \"PATH=$PATH\" tether local up --netns` (sudo's own PATH does not hold this "
+              "virtualenv), or leave out --netns for the rootless 127.0.0.0/8 address plan")
+
+
+def mode_conflict(root: Path, cluster: str, kept: str) -> str:
+    """Why a kept cluster cannot change its network mode, and the three ways on."""
+    made = "with --netns" if kept == network.NETNS else "rootless (without --netns)"
+    same = "tether local up" + (" --netns" if kept == network.NETNS else "") + f" --data-dir {root}"
+    other = "" if kept == network.NETNS else " --netns"
+    return (f"cluster {cluster} in {root} was made {made}; its Services and pods hold addresses "
+            f"of that mode, so it cannot change mode. Either\n"
+            f"  start it as it was:                 {same}\n"
+            f"  use a data dir of its own:          tether local up{other} --data-dir {root}-{'netns' if other else 'rootless'}\n"
+            f"  or drop its state and start afresh: rm -r {root / 'clusters' / cluster}")
 
 
 @app.command()
@@ -197,7 +219,9 @@ def status(data_dir: DataDir = None) -> None:
 @app.command("kubeconfig")
 def kubeconfig_path(
     data_dir: DataDir = None,
-    merge: Annotated[bool, typer.Option("--merge", help="Also add the contexts to ~/.kube/config")] = False,
+    merge: Annotated[bool, typer.Option("--merge", help="Also add the contexts to the kubeconfig kubectl "
+                                        "writes to (the first existing file of $KUBECONFIG, else "
+                                        "~/.kube/config)")] = False,
 ) -> None:
     """Print the path of a kubeconfig with one context per local cluster."""
     layout = _layout(data_dir)
@@ -205,7 +229,7 @@ def kubeconfig_path(
         console.print("no kubeconfig yet: start clusters with `tether local up`", style="red")
         raise typer.Exit(1)
     if merge:
-        target = Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
+        target = default_kubeconfig_path()
         kubeconfig.merge_into(target, layout.kubeconfig)
         console.print(f"merged into {target}", style="green")
     typer.echo(str(layout.kubeconfig))

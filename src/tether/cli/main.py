@@ -12,6 +12,7 @@ from tether.cli import (
     bridge,
     certs,
     clusters,
+    connect,
     fed,
     hub,
     local,
@@ -39,6 +40,7 @@ fed.register(app)  # enable, disable, federate, get, describe
 agent.register(app)  # agent run|stop|manifest, token create, register
 proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
+connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
 bridge.register(app)  # env, volumes: a workload's environment and files here
 
 
@@ -50,12 +52,13 @@ def version() -> None:
 
 @app.command()
 def demo(
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Where the demo clusters keep state "
-                                                  "[default: ~/.local/share/tether/demo]")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Root of the demo's state, apart "
+                                                  "from your own clusters' [default: "
+                                                  "$TETHER_HOME/demo]")] = None,
 ) -> None:
     """Start a hub and two member clusters, join them, and federate a sample app."""
     from tether.app import demo as demo_app
-    from tether.local import supervisor
+    from tether.net import daemon
 
-    directory = data_dir or supervisor.default_data_dir().parent / "demo"
+    directory = data_dir or daemon.state_home() / "demo"
     raise typer.Exit(demo_app.run(directory.expanduser().resolve(), Console()))

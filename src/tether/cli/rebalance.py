@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from tether.cli.options import HubContext, HubContextAlias, HubKubeconfig, HubKubeconfigAlias, pick
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
 
@@ -24,13 +24,14 @@ def rebalance(
                                                       "e.g. deploy/web")],
     namespace: Annotated[str, typer.Option("--namespace", "-n",
                                            help="Namespace of the templates")] = "default",
-    context: Annotated[str | None, typer.Option("--context", "--host-context",
-                                                help="Hub cluster context [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Hub kubeconfig")] = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
     name: Annotated[str, typer.Option("--name", help="Name of the WorkloadRebalancer "
                                       "[default: generated]")] = "",
     ttl: Annotated[int, typer.Option("--ttl", help="Seconds the finished WorkloadRebalancer "
                                      "is kept")] = 300,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """Schedule templates afresh: Divided replicas are divided again over today's clusters (a
     cluster that came back gets its share again). Creates a WorkloadRebalancer and waits for
@@ -38,6 +39,8 @@ def rebalance(
     from tether.federation.failover_controllers import rebalance as run_rebalance
     from tether.federation.report import resolve_kind
 
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     parsed = []
     for target in targets:
         kind, sep, obj_name = target.partition("/")

@@ -448,6 +448,7 @@ def replica_scheduling_preference_crd() -> Crd:
     return upstream_crd(f"replicaschedulingpreferences.{KUBEFED_SCHEDULING_GROUP}",
                         edit=_replica_scheduling_preference_edit)
 
+
 def federated_scope(kind: str, target_scope: str) -> str:
     return "Namespaced" if kind == "Namespace" else target_scope
 

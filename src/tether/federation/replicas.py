@@ -28,7 +28,8 @@ Karmada (`placement.replicaScheduling`):
 - Clusters that end up with 0 replicas are dropped (Karmada removes zero-replica targets).
 
 KubeFed ReplicaSchedulingPreference (`rsp_plan`) follows KubeFed's planner: clusters with their
-own preference use it, others use `*`, clusters with neither get 0. Preferences are ordered by
+own preference use it, others use `*`, clusters with neither get 0; an RSP without `clusters`
+(or with an empty map) means `"*": {weight: 1}`, as KubeFed's scheduler defaults it. Preferences are ordered by
 weight descending, then by FNV-1 32 hash of cluster name + "<namespace>/<name>" (KubeFed's way to
 avoid always favouring the alphabetically first cluster). Each first gets min(minReplicas,
 remaining); then, repeatedly, each cluster still below its maxReplicas gets
@@ -232,6 +233,9 @@ def karmada_divide(
 # KubeFed ReplicaSchedulingPreference
 
 
+DEFAULT_RSP_CLUSTERS: Mapping[str, Any] = {"*": {"weight": 1}}
+
+
 def fnv1_32(data: bytes) -> int:
     """FNV-1 (not 1a) 32-bit, Go's hash/fnv.New32, which KubeFed's planner uses for ties."""
     value = 0x811C9DC5
@@ -247,7 +251,8 @@ def rsp_plan(rsp_spec: Any, clusters: Sequence[str], key: str,
     "<namespace>/<name>"; `current` the replicas each cluster runs now (used unless
     `rebalance`). Every candidate appears in the result, possibly with 0."""
     spec = mapping(rsp_spec)
-    prefs_by_name = mapping(spec.get("clusters"))
+    # KubeFed's scheduler: an RSP without preferences weighs every cluster alike
+    prefs_by_name = mapping(spec.get("clusters")) or DEFAULT_RSP_CLUSTERS
     plan: dict[str, int] = {}
     prefs: list[tuple[str, Mapping[str, Any]]] = []
     for name in clusters:

@@ -35,13 +35,23 @@ def _api_server(cluster: LocalCluster) -> list[Component]:
 
 
 def _full_cluster(cluster: LocalCluster) -> list[Component]:
-    from tether.local import apiservices, kubelet, metricsapi, nodes, services, tokens, workloads
+    from tether.local import (
+        apiservices,
+        calico,
+        kubelet,
+        metricsapi,
+        nodes,
+        services,
+        tokens,
+        workloads,
+    )
     from tether.local.kubelet import system_pods
     from tether.local.rbac import component as rbac
 
     parts: list[Component] = []
     parts += services.build(cluster)  # Service IPs, Endpoints/EndpointSlices, service proxy, DNS
     parts += nodes.build(cluster)  # nodes and leases, IPAM (podCIDR or Calico IPPools), scheduler
+    parts += calico.build(cluster)  # Calico's CRDs in crd.projectcalico.org/v1 and projectcalico.org/v3
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
     parts += metricsapi.build(cluster)  # metrics.k8s.io from the kubelet's processes (kubectl top)

@@ -31,8 +31,14 @@ class LocalError(Exception):
 
 
 def default_data_dir() -> Path:
-    env = os.environ.get("TETHER_LOCAL_DIR")
-    return Path(env) if env else daemon.state_home() / "local"
+    """Local clusters keep their files at the root of tether's state (`$TETHER_HOME`), next to
+    the agents', the hub's and the proxy kubeconfigs. Releases before kept them in `local/`
+    below it: that directory is still used while it holds clusters and the root does not."""
+    root = daemon.state_home()
+    legacy = root / "local"
+    if not (root / "clusters").exists() and (legacy / "clusters").is_dir():
+        return legacy
+    return root
 
 
 @dataclass(frozen=True)
