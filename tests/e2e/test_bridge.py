@@ -32,12 +32,14 @@ TIMEOUT_S = 90.0
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def tether(clusters: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def tether(clusters: Any, *args: str, check: bool = True, tmpdir: Path | None = None
+           ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **({"TMPDIR": str(tmpdir)} if tmpdir else {})}
     result = subprocess.run([sys.executable, "-m", "tether", *args, "--kubeconfig", str(clusters.kubeconfig),
                              "--context", clusters.names[0]] if "--" not in args else
                             [sys.executable, "-m", "tether", *args[:args.index("--")], "--kubeconfig",
                              str(clusters.kubeconfig), "--context", clusters.names[0], *args[args.index("--"):]],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120, env=env)
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -169,11 +171,11 @@ def test_volumes_download_with_contents_and_modes(clusters: Any, ns: str, app: d
 def test_b2k_config_runs_an_existing_project(clusters: Any, ns: str, app: dict[str, Any], tmp_path: Path) -> None:
     result = tether(clusters, "env", "deploy/api", "-n", ns, "--config", str(EXAMPLES / "KubernetesLocalProcessConfig.yaml"),
                     "--", "sh", "-c", 'cat "$ALLOW_LIST_PATH/test.txt"; echo "queue=$QUEUE_HOST"; '
-                    'echo "vol=$TETHER_VOLUME_TESTVOLUME"')
+                    'echo "vol=$TETHER_VOLUME_TESTVOLUME"', tmpdir=tmp_path)
     lines = result.stdout.splitlines()
     assert lines[0] == "this is a test"
     assert lines[1] == "queue=stats-queue"
-    assert lines[2].startswith("vol=/") and lines[2].endswith("/testvolume")
+    assert lines[2].startswith(f"vol={tmp_path}/tether-volumes-") and lines[2].endswith("/testvolume")
 
     bad = tmp_path / "KubernetesLocalProcessConfig.yaml"
     bad.write_text("version: 0.1\nenv:\n  - name: A\n    value: ok\n  - name: B\n    value: $(volumes:testvolume)\n")
