@@ -9,6 +9,7 @@ from rich.console import Console
 from tether import __version__
 from tether.cli import (
     agent,
+    bridge,
     certs,
     clusters,
     connect,
@@ -42,6 +43,7 @@ agent.register(app)  # agent run|stop|manifest, token create, register
 proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
 connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
+bridge.register(app)  # env, volumes: a workload's environment and files here
 
 
 @app.command()
