@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 
 from tether import __version__
-from tether.cli import agent, certs, clusters, fed, hub, local, proxy, status, tunnel, whoami
+from tether.cli import agent, certs, clusters, dns, fed, hub, local, proxy, status, tunnel, whoami
 
 app = typer.Typer(
     name="tether",
@@ -25,6 +25,7 @@ fed.register(app)  # enable, disable, federate, get, describe
 agent.register(app)  # agent run|stop|manifest, token create, register
 proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
+dns.register(app)  # dns: clusterset.local and Semaphore's names, forwarding the rest
 
 
 @app.command()
