@@ -2,7 +2,8 @@
 
 Parts: the shared host informers (Clusters, Works), the cluster health controller, the KubeFed
 and Karmada sync controllers, the push-mode Work executor, the registry controller (decides pull
-members' registration requests), and a small HTTP server on 127.0.0.1
+members' registration requests), with `clusterset` set the MCS controller (`hub_mcs`:
+ServiceExports in members become ServiceImports in all), and a small HTTP server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
+from tether.app import hub_mcs
 from tether.app.gcpacing import GcPacing
 from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
@@ -57,6 +59,7 @@ class Hub:
         self.karmada = KarmadaController(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.registrations = RegistrationController(host)
+        self.mcs = hub_mcs.build(self, config.clusterset) if config.clusterset else None  # the MCS API
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
@@ -115,6 +118,8 @@ class Hub:
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())
+                if self.mcs is not None:
+                    group.create_task(self.mcs.run())
         finally:
             for server in self.servers:
                 await server.close(grace_s=1.0)

@@ -28,3 +28,4 @@ class HubConfig:
     tunnel_allowed_destinations: tuple[str, ...] = ()
     data_dir: Path | None = None
     proxy_port: int | None = None  # the cluster proxy (clusters/{name}/proxy); None: not served
+    clusterset: str | None = None  # run the MCS controller for this clusterset; None: not run

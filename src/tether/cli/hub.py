@@ -82,6 +82,9 @@ def run(
         "*.suffix, each optionally :PORT) [default: only each pull member's API endpoint]")] = None,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", help="Hub state (tunnel certificates) [default: ~/.local/share/tether/hub]")] = None,
+    clusterset: Annotated[str | None, typer.Option(
+        "--clusterset", help="Run the MCS API (ServiceExport/ServiceImport) across the Ready members as this "
+        "clusterset: installs the MCS CRDs and ClusterProperties in each member")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
 ) -> None:
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
@@ -113,7 +116,7 @@ def run(
                                tunnel_bind_address=tunnel_bind_address,
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
                                tunnel_allowed_destinations=tuple(allowed_destinations or ()),
-                               data_dir=data_dir)
+                               data_dir=data_dir, clusterset=clusterset)
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
     except (KubeError, KubeconfigError, OSError) as exc:

@@ -7,7 +7,20 @@ import typer
 from rich.console import Console
 
 from tether import __version__
-from tether.cli import agent, certs, clusters, dns, fed, hub, local, proxy, status, tunnel, whoami
+from tether.cli import (
+    agent,
+    certs,
+    clusters,
+    dns,
+    fed,
+    hub,
+    local,
+    mcs,
+    proxy,
+    status,
+    tunnel,
+    whoami,
+)
 
 app = typer.Typer(
     name="tether",
@@ -18,6 +31,7 @@ app = typer.Typer(
 app.add_typer(local.app, name="local")
 app.add_typer(hub.app, name="hub")
 app.add_typer(tunnel.app, name="tunnel")
+app.add_typer(mcs.app, name="mcs")
 clusters.register(app)  # join, unjoin, clusters
 certs.register(app)  # certs
 status.register(app)  # status

@@ -1,0 +1,48 @@
+"""The MCS controller in the hub: the clusterset is the hub's Ready registered Clusters.
+
+Members and their credentials come from the hub's shared Cluster informer and the credentials
+Secrets the Work executor already watches (`member_credentials`); a pull member's carry the
+tunnel's CONNECT proxy, so the controller reaches it through the tunnel. A Cluster event makes
+the controller look at its members again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from tether.connect.mcs.controller import McsController, Member
+from tether.federation.health import HUB_NAMESPACE, member_credentials
+from tether.federation.propagation import cluster_info
+
+if TYPE_CHECKING:
+    from tether.app.hub import Hub
+
+log = logging.getLogger(__name__)
+
+
+def hub_members(hub: Hub) -> list[Member]:
+    secrets = hub.executor.secrets
+    out: list[Member] = []
+    for cluster in hub.shared.clusters.list():
+        info = cluster_info(cluster)
+        if info is None:
+            continue
+        ref = (cluster.get("spec") or {}).get("secretRef") or {}
+        namespace, name = str(ref.get("namespace") or HUB_NAMESPACE), str(ref.get("name") or info.name)
+        secret = secrets.get(namespace, name) if secrets is not None else None
+        if secret is None:
+            continue
+        try:
+            credentials = member_credentials(cluster, secret)
+        except (ValueError, KeyError) as exc:
+            log.warning("cluster %s: unusable credentials for MCS: %s", info.name, exc)
+            continue
+        out.append(Member(info.name, credentials, info.ready))
+    return out
+
+
+def build(hub: Hub, clusterset: str) -> McsController:
+    controller = McsController(lambda: hub_members(hub), clusterset=clusterset)
+    hub.shared.cluster_handlers.append(lambda _event: controller.members_changed())
+    return controller
