@@ -7,7 +7,8 @@
   serves both without conversion.
 - `clusterproperties.about.k8s.io` (cluster-scoped): v1alpha1 and v1beta1, `spec.value` a string
   of 1 to 128,000 characters. Well-known names: `cluster.clusterset.k8s.io` (the cluster id) and
-  `clusterset.k8s.io` (the clusterset it belongs to).
+  `clusterset.k8s.io` (the clusterset it belongs to). `about.k8s.io` is a protected group, so the
+  CRD carries the `api-approved.kubernetes.io` annotation.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ MCS_GROUP = "multicluster.x-k8s.io"
 ABOUT_GROUP = "about.k8s.io"
 VERSIONS = ("v1alpha1", "v1beta1")
 STORAGE = "v1beta1"
+APPROVAL = "https://github.com/kubernetes/enhancements/tree/master/keps/sig-multicluster/2149-clusterid"
 
 
 def _string(**extra: Any) -> dict[str, Any]:
@@ -118,6 +120,8 @@ def cluster_property_crd() -> Crd:
                 {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}])
     for version in crd["spec"]["versions"]:
         version.pop("subresources")
+    # *.k8s.io is a protected group: the API server wants to know where the API was approved
+    crd["metadata"]["annotations"] = {"api-approved.kubernetes.io": APPROVAL}
     return crd
 
 
