@@ -231,3 +231,128 @@ def test_export_without_a_service_is_not_valid(world: World) -> None:
     assert condition(exported, "Valid") == ("False", "NoService")
     assert world.get("west", "serviceimports.multicluster.x-k8s.io", "ghost", "-n", NS) is None
 
+
+
+# Semaphore's names, and the local cluster DNS's Corefile -------------------------------------
+
+MIRROR = "aws-sys-log-73736d-fluentd"
+SEMAPHORE_STANZA = r"""cluster.aws {
+    errors
+    health
+    rewrite continue {
+      name regex ([a-zA-Z0-9-_]*\.)?([a-zA-Z0-9-_]*)\.([a-zv0-9-_]*)\.svc\.cluster\.aws {1}aws-{3}-73736d-{2}.sys-semaphore.svc.cluster.local
+      answer name ([a-zA-Z0-9-_]*\.)?aws-([a-zA-Z0-9-_]*)-73736d-([a-zA-Z0-9-_]*)\.sys-semaphore\.svc\.cluster\.local {1}{3}.{2}.svc.cluster.aws
+    }
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+      pods insecure
+      endpoint_pod_names
+      upstream
+      fallthrough in-addr.arpa ip6.arpa
+    }
+    forward . /etc/resolv.conf
+    cache 30
+    loop
+    reload
+    loadbalance
+}
+"""
+
+
+def cluster_dig(world: World, context: str, *args: str) -> str:
+    address = json.loads((world.clusters.data_dir / "clusters" / context / "dns.json").read_text())
+    return subprocess.run(["dig", f"@{address['ip']}", "-p", str(address["port"]), "+tries=1", "+time=5", *args],
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def answer_lines(out: str) -> list[str]:
+    section, found = False, []
+    for line in out.splitlines():
+        if line.startswith(";; ANSWER SECTION"):
+            section = True
+        elif section and not line.strip():
+            break
+        elif section:
+            found.append(" ".join(line.split()))
+    return found
+
+
+def set_corefile(world: World, context: str, text: str) -> None:
+    configmap = world.get(context, "configmap", "coredns", "-n", "kube-system")
+    configmap["data"]["Corefile"] = text
+    for key in ("resourceVersion", "managedFields"):
+        configmap["metadata"].pop(key, None)
+    world.apply(context, configmap)
+
+
+@pytest.fixture(scope="module")
+def mirror_ip(world: World) -> str:
+    """A mirror as semaphore-service-mirror writes it (labels, selector-less) in west."""
+    world.kubectl("west", "create", "namespace", "sys-semaphore")
+    world.apply("west", {"apiVersion": "v1", "kind": "Service",
+                         "metadata": {"name": MIRROR, "namespace": "sys-semaphore",
+                                      "labels": {"mirrored-svc": "true", "mirror-svc-prefix-sync": "aws"}},
+                         "spec": {"ports": [{"name": "forward", "port": 8888}, {"name": "http", "port": 8889}]}})
+    return str(world.get("west", "service", MIRROR, "-n", "sys-semaphore")["spec"]["clusterIP"])
+
+
+def test_local_clusters_have_kube_dns_and_the_coredns_configmap(world: World) -> None:
+    for context in ("east", "west"):
+        service = poll(lambda c=context: world.get(c, "service", "kube-dns", "-n", "kube-system"), timeout=30,
+                       what="kube-dns")
+        address = json.loads((world.clusters.data_dir / "clusters" / context / "dns.json").read_text())
+        assert service["spec"]["clusterIP"] == address["ip"]  # what pods' resolv.conf names
+        assert [p["name"] for p in service["spec"]["ports"]] == ["dns", "dns-tcp", "metrics"]
+        corefile = world.get(context, "configmap", "coredns", "-n", "kube-system")["data"]["Corefile"]
+        assert "kubernetes cluster.local in-addr.arpa ip6.arpa" in corefile and "forward . /etc/resolv.conf" in corefile
+    out = cluster_dig(world, "west", "kube-dns.kube-system.svc.cluster.local")
+    assert answer_lines(out)[0].endswith(f"IN A {service['spec']['clusterIP']}")
+
+
+def test_tether_dns_answers_semaphore_names(world: World, mirror_ip: str) -> None:
+    assert poll(lambda: world.dig("fluentd.sys-log.svc.cluster.aws", "A") == [mirror_ip], timeout=30,
+                what="the mirror's ClusterIP from tether dns")
+
+
+def test_corefile_stanza_forwards_to_tether_dns(world: World, mirror_ip: str) -> None:
+    host, port = world.dns
+    stanza = (f"cluster.aws {{\n    forward . {host}:{port}\n}}\n"
+              f"clusterset.local {{\n    forward . {host}:{port}\n    cache 5\n}}\n")
+    set_corefile(world, "west", stanza + world.get("west", "configmap", "coredns", "-n",
+                                                   "kube-system")["data"]["Corefile"])
+    got = poll(lambda: answer_lines(cluster_dig(world, "west", "fluentd.sys-log.svc.cluster.aws")), timeout=30,
+               what="the cluster DNS forwarding cluster.aws to tether dns")
+    assert got == [f"fluentd.sys-log.svc.cluster.aws. 5 IN A {mirror_ip}"]
+    out = cluster_dig(world, "west", "dns-version.clusterset.local", "TXT")
+    assert answer_lines(out) == ['dns-version.clusterset.local. 28800 IN TXT "1.0.0"']
+    web = answer_lines(cluster_dig(world, "west", "web.default.svc.cluster.local"))
+    assert web == []  # cluster.local is still answered by the cluster itself (no such Service: NXDOMAIN)
+
+
+def test_semaphore_rewrite_stanza_works_unchanged(world: World, mirror_ip: str) -> None:
+    set_corefile(world, "west", SEMAPHORE_STANZA + "\n" + __import__(
+        "tether.local.services.corefile", fromlist=["default_corefile"]).default_corefile())
+
+    def asked() -> list[str]:
+        return answer_lines(cluster_dig(world, "west", "fluentd.sys-log.svc.cluster.aws"))
+
+    got = poll(lambda: (lambda lines: lines if lines and "cluster.aws" in lines[0] else None)(asked()), timeout=30,
+               what="the rewrite stanza answering")
+    assert got == [f"fluentd.sys-log.svc.cluster.aws. 5 IN A {mirror_ip}"]  # the seed's drill output: TTL 5
+
+
+def test_unsupported_plugin_gives_an_event(world: World) -> None:
+    current = world.get("west", "configmap", "coredns", "-n", "kube-system")["data"]["Corefile"]
+    set_corefile(world, "west", current + "example.org {\n    hosts /etc/hosts\n}\n")
+
+    def warned() -> list[str]:
+        events = (world.get("west", "events", "-n", "kube-system", "--field-selector",
+                            "involvedObject.name=coredns,involvedObject.kind=ConfigMap") or {}).get("items") or []
+        return [e["message"] for e in events if e.get("reason") == "UnsupportedCorefile"]
+
+    messages = poll(warned, timeout=30, what="a Warning Event naming the plugin")
+    assert any("plugin hosts is not supported" in m for m in messages)
+    set_corefile(world, "west", "this is { not a corefile\n")
+    poll(lambda: [e for e in (world.get("west", "events", "-n", "kube-system") or {}).get("items") or []
+                  if e.get("reason") == "InvalidCorefile"], timeout=30, what="an InvalidCorefile Event")
+    # the previous configuration stays
+    assert answer_lines(cluster_dig(world, "west", "kube-dns.kube-system.svc.cluster.local"))

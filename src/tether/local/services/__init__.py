@@ -39,9 +39,11 @@ def build(cluster: LocalCluster) -> list[Component]:
         *routes,
         registry,
         EndpointsController(cluster.ops),
-        ServiceProxy(cluster.store, ProxyConfig(node_port_host=cluster.fabric.node_port_host),
+        # the DNS server answers on the kube-dns Service's address itself: no proxy listener there
+        ServiceProxy(cluster.store, ProxyConfig(node_port_host=cluster.fabric.node_port_host,
+                                                served_elsewhere=frozenset({cluster.network.dns_service_ip})),
                      fabric=cluster.fabric),
         DnsServer(cluster.store, cluster.network.dns_service_ip,
                   address_file=cluster.config.data_dir / ADDRESS_FILE, fabric=cluster.fabric,
-                  component_log=ComponentLog.in_dir(cluster.config.data_dir, "coredns")),
+                  component_log=ComponentLog.in_dir(cluster.config.data_dir, "coredns"), ops=cluster.ops),
     ]
