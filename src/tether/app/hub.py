@@ -3,7 +3,8 @@
 Parts: the shared host informers (Clusters, Works), the cluster health controller, the KubeFed
 and Karmada sync controllers, the push-mode Work executor, the registry controller (decides pull
 members' registration requests), with `clusterset` set the MCS controller (`hub_mcs`:
-ServiceExports in members become ServiceImports in all), and a small HTTP server on 127.0.0.1
+ServiceExports in members become ServiceImports in all), KubeFed's multi-cluster DNS
+(`hub_kubefeddns`: ServiceDNSRecords and IngressDNSRecords become DNSEndpoints), and a small HTTP server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
-from tether.app import hub_mcs
+from tether.app import hub_kubefeddns, hub_mcs
 from tether.app.gcpacing import GcPacing
 from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
@@ -60,6 +61,7 @@ class Hub:
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.registrations = RegistrationController(host)
         self.mcs = hub_mcs.build(self, config.clusterset) if config.clusterset else None  # the MCS API
+        self.kubefed_dns = hub_kubefeddns.build(self)  # ServiceDNSRecord/IngressDNSRecord -> DNSEndpoint
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
@@ -120,6 +122,7 @@ class Hub:
                     group.create_task(self.tunnel.run())
                 if self.mcs is not None:
                     group.create_task(self.mcs.run())
+                group.create_task(self.kubefed_dns.run())
         finally:
             for server in self.servers:
                 await server.close(grace_s=1.0)

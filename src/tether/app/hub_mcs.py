@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from tether.connect.mcs.controller import McsController, Member
 from tether.federation.health import HUB_NAMESPACE, member_credentials
+from tether.federation.model import ClusterInfo
 from tether.federation.propagation import cluster_info
+from tether.kube import ClusterCredentials
 
 if TYPE_CHECKING:
     from tether.app.hub import Hub
@@ -21,9 +23,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def hub_members(hub: Hub) -> list[Member]:
+def registered(hub: Hub) -> list[tuple[ClusterInfo, ClusterCredentials]]:
+    """Every registered Cluster the hub has credentials for, with what the hub knows of it."""
     secrets = hub.executor.secrets
-    out: list[Member] = []
+    out: list[tuple[ClusterInfo, ClusterCredentials]] = []
     for cluster in hub.shared.clusters.list():
         info = cluster_info(cluster)
         if info is None:
@@ -36,10 +39,14 @@ def hub_members(hub: Hub) -> list[Member]:
         try:
             credentials = member_credentials(cluster, secret)
         except (ValueError, KeyError) as exc:
-            log.warning("cluster %s: unusable credentials for MCS: %s", info.name, exc)
+            log.warning("cluster %s: unusable credentials: %s", info.name, exc)
             continue
-        out.append(Member(info.name, credentials, info.ready))
+        out.append((info, credentials))
     return out
+
+
+def hub_members(hub: Hub) -> list[Member]:
+    return [Member(info.name, credentials, info.ready) for info, credentials in registered(hub)]
 
 
 def build(hub: Hub, clusterset: str) -> McsController:
