@@ -128,9 +128,9 @@ async def test_dig_over_tcp_and_forwarding(server: DnsServer, upstream: DnsServe
     assert answers(out) == ["thing.ns.svc.cluster.up. 5 IN A 10.77.0.1"]
     assert server.counters.forwards >= 2
     await dig(server, "+nocookie", "thing.ns.svc.cluster.up", "A")
-    before = upstream.counters.requests["udp"]
+    before = upstream.udp_received
     await dig(server, "+nocookie", "thing.ns.svc.cluster.up", "A")  # cached for its TTL
-    assert upstream.counters.requests["udp"] == before
+    assert upstream.udp_received == before
 
 
 async def test_truncation_and_edns_buffer_sizes(server: DnsServer) -> None:

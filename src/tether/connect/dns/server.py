@@ -23,10 +23,11 @@ import contextlib
 import logging
 import socket
 import struct
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from tether.connect.dns.answer import answer, reply
 from tether.connect.dns.records import Table, build_table
@@ -38,6 +39,7 @@ from tether.net.dnscache import WireCache, has_options
 log = logging.getLogger(__name__)
 
 UDP, TCP = 1, 0  # cache key transport classes
+POLL_S = 0.25
 RCODE_NAMES = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
 DURATION_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512,
                     1.024, 2.048)
@@ -104,37 +106,49 @@ def formerr(data: bytes) -> bytes:
     return data[:2] + struct.pack("!HHHHH", flags, 0, 0, 0, 0)
 
 
-class _Udp(asyncio.DatagramProtocol):
-    def __init__(self, server: DnsServer) -> None:
+class _UdpReceiver:
+    """UDP on a thread of its own: a blocking `recvfrom`/`sendto` loop answers cache hits there
+    (a few microseconds of interpreter time each, no event-loop round trip) and hands every miss
+    to the event loop. Its counters are its own, so no two threads ever write one field."""
+
+    def __init__(self, server: DnsServer, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
         self.server = server
-        self.transport: asyncio.DatagramTransport | None = None
+        self.sock = sock
+        self.loop = loop
+        self.hits_by_rcode = [0] * 16
+        self.received = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="tether-dns-udp", daemon=True)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.DatagramTransport, transport)
+    def start(self) -> None:
+        self.sock.setblocking(True)
+        self.sock.settimeout(POLL_S)  # how soon the thread notices `stop`
+        self.thread.start()
 
-    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
-        server = self.server
-        server.counters.requests["udp"] += 1
-        hit = server.cache.get(data, UDP) if len(data) >= 12 else None
-        if hit is not None:
-            server.counters.rcodes[hit[3] & 0xF] += 1
-            assert self.transport is not None
-            self.transport.sendto(hit, addr)
-            return
-        try:
-            out = server.miss(data, UDP, lambda response: self._send(response, addr))
-        except Exception:  # one query must never stop the server
-            log.exception("dns: failed to answer a UDP query from %s", addr)
-            out = formerr(data) if len(data) >= 12 else None
-        if out is not None:
-            self._send(out, addr)
+    def stop(self) -> None:
+        self.stopping = True
 
-    def _send(self, data: bytes, addr: tuple[str | Any, int]) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.sendto(data, addr)
-
-    def error_received(self, exc: Exception) -> None:  # ICMP errors from earlier replies
-        log.debug("dns: UDP error: %s", exc)
+    def _run(self) -> None:
+        recv, send, get = self.sock.recvfrom, self.sock.sendto, self.server.cache.get
+        rcodes = self.hits_by_rcode
+        miss = self.server.udp_miss
+        call = self.loop.call_soon_threadsafe
+        while not self.stopping:
+            try:
+                data, addr = recv(65535)
+            except OSError:  # the poll timeout, or the socket closing under us
+                continue
+            self.received += 1
+            hit = get(data, UDP) if len(data) >= 12 else None
+            if hit is not None:
+                rcodes[hit[3] & 0xF] += 1
+                with contextlib.suppress(OSError):
+                    send(hit, addr)
+                continue
+            try:
+                call(miss, data, addr)
+            except RuntimeError:  # the loop is closed: the server is going away
+                return
 
 
 class DnsServer:
@@ -148,7 +162,8 @@ class DnsServer:
         self._forwarding = 0
         self._tcp_active = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._udp: asyncio.DatagramTransport | None = None
+        self._udp: _UdpReceiver | None = None
+        self._udp_sock: socket.socket
         self._tcp: asyncio.Server | None = None
 
     def set_table(self, table: Table) -> None:
@@ -241,26 +256,48 @@ class DnsServer:
 
     # serving -------------------------------------------------------------------------------
 
+    @property
+    def udp_received(self) -> int:
+        return self._udp.received if self._udp is not None else 0
+
+    def udp_miss(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        """A UDP query the receive thread's cache lookup missed (runs on the event loop)."""
+        try:
+            out = self.miss(data, UDP, lambda response: self._udp_send(response, addr))
+        except Exception:  # one query must never stop the server
+            log.exception("dns: failed to answer a UDP query from %s", addr)
+            out = formerr(data) if len(data) >= 12 else None
+        if out is not None:
+            self._udp_send(out, addr)
+
+    def _udp_send(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        if self._udp is not None and not self._udp.stopping:
+            with contextlib.suppress(OSError):
+                self._udp_sock.sendto(data, addr)
+
     async def start(self) -> tuple[str, int]:
         """Listen on UDP and TCP at the same port (port 0: one free for both)."""
         loop = asyncio.get_running_loop()
         udp_sock, tcp_sock = bind_pair(self.config.host, self.config.port)
         port = udp_sock.getsockname()[1]
-        transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), sock=udp_sock)
-        self._udp = transport
         try:
             self._tcp = await asyncio.start_server(self._serve_tcp, sock=tcp_sock, backlog=128)
         except OSError:
-            transport.close()
+            udp_sock.close()
             tcp_sock.close()
             raise
+        self._udp_sock = udp_sock
+        self._udp = _UdpReceiver(self, udp_sock, loop)
+        self._udp.start()
         self.address = (self.config.host, port)
         self.ready.set()
         return self.address
 
     async def close(self) -> None:
         if self._udp is not None:
-            self._udp.close()
+            self._udp.stop()
+            await asyncio.to_thread(self._udp.thread.join, POLL_S * 4)
+            self._udp_sock.close()
         if self._tcp is not None:
             self._tcp.close()
             with contextlib.suppress(Exception):
@@ -310,11 +347,14 @@ class DnsServer:
 
     def metric_families(self, extra: Sequence[Any] = ()) -> list[Any]:
         c = self.counters
-        rcodes: dict[m.Labels, float] = {(("rcode", RCODE_NAMES[i] if i < len(RCODE_NAMES) else str(i)),): float(n)
-                  for i, n in enumerate(c.rcodes) if n}
+        hits = self._udp.hits_by_rcode if self._udp is not None else [0] * 16
+        requests = dict(c.requests)
+        requests["udp"] = self._udp.received if self._udp is not None else 0
+        rcodes: dict[m.Labels, float] = {(("rcode", RCODE_NAMES[i] if i < len(RCODE_NAMES) else str(i)),): float(n + h)
+                                         for i, (n, h) in enumerate(zip(c.rcodes, hits, strict=True)) if n + h}
         return [
             m.counter("tether_dns_requests_total", "DNS queries received, by transport.",
-                      {(("proto", k),): float(v) for k, v in c.requests.items()}),
+                      {(("proto", k),): float(v) for k, v in requests.items()}),
             m.counter("tether_dns_responses_total", "DNS responses sent, by rcode.", rcodes),
             m.counter("tether_dns_cache_hits_total", "Queries answered from the wire-level cache.",
                       {(): float(self.cache.stats.hits)}),
