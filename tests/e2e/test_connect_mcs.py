@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -356,3 +357,27 @@ def test_unsupported_plugin_gives_an_event(world: World) -> None:
                   if e.get("reason") == "InvalidCorefile"], timeout=30, what="an InvalidCorefile Event")
     # the previous configuration stays
     assert answer_lines(cluster_dig(world, "west", "kube-dns.kube-system.svc.cluster.local"))
+
+
+def test_clusterset_ip_reaches_pods_of_the_other_cluster(world: World) -> None:
+    """Rootless clusters share the loopback, so west's clusterset IP (its derived Service, served by
+    west's service proxy) reaches east's pods."""
+    echo = deployment("echo", replicas=1)
+    echo["spec"]["template"]["spec"]["containers"][0]["image"] = "tether/echo"
+    world.apply("east", service("echo", [("http", 80)]), echo)
+    world.apply("east", export("echo"))
+    poll(lambda: world.pod_ips("east", "echo"), timeout=90, interval=0.3, what="the echo pod")
+    found = poll(lambda: (lambda imp: imp if (imp or {}).get("spec", {}).get("ips") else None)(
+        world.get("west", "serviceimports.multicluster.x-k8s.io", "echo", "-n", NS)), timeout=60,
+        what="ServiceImport echo in west")
+    ip = found["spec"]["ips"][0]
+
+    def answer() -> Any:
+        try:
+            with urllib.request.urlopen(f"http://{ip}:80/", timeout=5) as response:
+                return json.loads(response.read())
+        except OSError:
+            return None
+
+    body = poll(answer, timeout=60, interval=0.5, what="an answer through west's clusterset IP")
+    assert body["podIP"] in world.pod_ips("east", "echo") and body["namespace"] == NS
