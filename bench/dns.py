@@ -252,9 +252,10 @@ NOTES = """
   the ID spliced in front, a `sendto`): no parse, no encode, no event-loop round trip; misses go
   to the event loop. Answering through asyncio's datagram callbacks instead measured 5,618
   answers/s in the same conditions (load average 10.6), about 5x fewer: the event loop's own
-  per-datagram work was the larger part. unbound
-  answers from C with no per-packet allocation, so the ratio is what a Python event loop costs
-  per packet, not a difference in work.
+  per-datagram work was the larger part. Per CPU-second unbound (C, no per-packet allocation)
+  still answers about twice as many: that ratio is the interpreter's cost per packet (a few
+  microseconds), not a difference in work. On a quiet machine unbound's rate is bounded by
+  its CPU, not dnsperf's, and the answers/s ratio then approaches the per-CPU-second one.
 - dnsperf replays the same 1,000 names, so after the warm-up every query is a cache hit; a name
   never asked before costs a parse, a lookup in the table and an encode (tens of microseconds).
   The cache is emptied whenever the records change, so answers never outlive the data.
