@@ -538,6 +538,68 @@ def test_validate_nested_arrays_of_objects() -> None:
     ]
 
 
+QUANTITY = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True,
+            "pattern": "^[0-9]+[KMG]?$"}
+ONE_OF_AB = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+             "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
+
+
+@pytest.mark.parametrize(
+    ("prop", "value", "expected"),
+    [
+        (QUANTITY, 2, []),
+        (QUANTITY, "2G", []),
+        (QUANTITY, "2x", ["spec.x: Invalid value: \"2x\": spec.x in body should match '^[0-9]+[KMG]?$'"]),
+        (QUANTITY, True, ['spec.x: Invalid value: "boolean": spec.x in body must be of type '
+                          'integer,string: "boolean"']),
+        (
+            {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+             "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+            {},
+            ['<nil>: Invalid value: "": "spec.x" must validate at least one schema (anyOf)',
+             "spec.x.a: Required value"],
+        ),
+        (ONE_OF_AB, {"b": "1"}, []),
+        (ONE_OF_AB, {"a": "1", "b": "1"},
+         ['<nil>: Invalid value: "": "spec.x" must validate one and only one schema (oneOf). '
+          "Found 2 valid alternatives"]),
+        (ONE_OF_AB, {},
+         ['<nil>: Invalid value: "": "spec.x" must validate one and only one schema (oneOf). '
+          "Found none valid", "spec.x.a: Required value"]),
+        ({"type": "string", "allOf": [{"minLength": 2}, {"maxLength": 3}]}, "abcd",
+         ["spec.x: Too long: may not be more than 3 bytes",
+          '<nil>: Invalid value: "": "spec.x" must validate all the schemas (allOf)']),
+        ({"type": "string", "allOf": [{"minLength": 2}, {"enum": ["bb"]}]}, "a",
+         ['spec.x: Invalid value: "a": spec.x in body should be at least 2 chars long',
+          'spec.x: Unsupported value: "a": supported values: "bb"',
+          '<nil>: Invalid value: "": "spec.x" must validate all the schemas (allOf). None validated']),
+        ({"type": "string", "not": {"enum": ["root"]}}, "root",
+         ['<nil>: Invalid value: "": "spec.x" must not validate the schema (not)']),
+        ({"type": "string", "not": {"enum": ["root"]}}, "user", []),
+    ],
+)
+def test_validate_composites(prop: dict[str, Any], value: Any, expected: list[str]) -> None:
+    tree = obj_schema(spec=obj_schema(x=prop))
+    assert errors(tree, {"spec": {"x": value}}) == expected
+
+
+def test_composite_violation_is_a_root_field_error() -> None:
+    [violation, _] = schema.validate({"x": {}}, obj_schema(x=ONE_OF_AB))
+    assert (violation.field, violation.reason) == ("<nil>", "FieldValueInvalid")
+
+
+def test_embedded_resources_must_name_their_type() -> None:
+    embedded = {"type": "object", "x-kubernetes-embedded-resource": True,
+                "x-kubernetes-preserve-unknown-fields": True}
+    tree = obj_schema(spec=obj_schema(items={"type": "array", "items": embedded}))
+    good = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {}}
+    assert errors(tree, {"spec": {"items": [good]}}) == []
+    assert errors(tree, {"spec": {"items": [good, {"kind": "ConfigMap"}, {"apiVersion": "v1", "kind": ""}]}}) == [
+        "spec.items[1].apiVersion: Required value: must not be empty",
+        "spec.items[2].kind: Required value: must not be empty",
+    ]
+
+
 def test_validate_without_schema() -> None:
     assert schema.validate({"anything": 1}, None) == []
     assert schema.validate({"anything": 1}, {}) == []

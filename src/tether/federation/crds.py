@@ -1,27 +1,47 @@
 """The hub's CustomResourceDefinitions, as Python data with structural schemas.
 
+Every schema is strict: a field the type does not declare is refused by `kubectl apply` (which
+asks for strict field validation) and dropped with a warning under `--validate=warn`, as against
+Karmada's and KubeFed's own API servers. Only what upstream leaves open stays open
+(`x-kubernetes-preserve-unknown-fields`): a `Federated<Kind>`'s `spec.template`, override values,
+Work manifests, observed member status.
+
+Upstream kinds take upstream's CRD as `upstream_schemas` records it (generated from Karmada's
+and KubeFed's own CRDs by `scripts/gen_crd_schemas.py`): names, scope, served version, printer
+columns, schema with its defaults and enums. `crds.py` adds only the category `tether` and, where
+tether writes or checks more than upstream declares, the few fields listed at each builder
+(`TETHER_ADDITIONS` documents them for docs/federation.md):
+
+- Karmada `policy.karmada.io/v1alpha1`: PropagationPolicy (`pp`), ClusterPropagationPolicy
+  (`cpp`), OverridePolicy (`op`), ClusterOverridePolicy (`cop`); `work.karmada.io/v1alpha2`
+  ResourceBinding (`rb`) and ClusterResourceBinding (`crb`), the bindings' views.
+- KubeFed `core.kubefed.io/v1beta1` FederatedTypeConfig (`ftc`) and KubeFedCluster (`kfc`),
+  `scheduling.kubefed.io/v1alpha1` ReplicaSchedulingPreference (`rsp`), and
+  `federated_crd(kind, plural, scope)`: a `Federated<Kind>` CRD (`types.kubefed.io`), shaped as
+  KubeFed's chart and `kubefedctl enable` write them.
+- `upstream_crd(name)` builds any other type `upstream_schemas` holds (ClusterTaintPolicy,
+  WorkloadRebalancer, Karmada's Work and Cluster, KubeFedConfig, the multiclusterdns kinds) for
+  the controllers that will serve them; `hub_crds()` installs only the types the hub acts on.
+
+tether's own kinds have hand-written schemas, as strict:
 - `clusters.cluster.tether.io` (cluster-scoped; short name `tcl`, since `cl` is Cluster API's):
   the member registry, shaped like Karmada's Cluster (spec.syncMode/apiEndpoint/secretRef/...,
   status.conditions/kubernetesVersion/nodeSummary/resourceSummary/apiEnablements).
-- Karmada `policy.karmada.io/v1alpha1`: PropagationPolicy (`pp`), ClusterPropagationPolicy
-  (`cpp`), OverridePolicy (`op`), ClusterOverridePolicy (`cop`).
-- KubeFed `core.kubefed.io/v1beta1` FederatedTypeConfig (`ftc`) and
-  `scheduling.kubefed.io/v1alpha1` ReplicaSchedulingPreference (`rsp`).
 - `works.work.tether.io`: what the propagation engine applies to one member; namespaced, living
   in the per-cluster namespaces `tether-es-<cluster>`.
 - `clusterregistrationrequests.cluster.tether.io` (`crr`, in `tether-system`, named after a
   bootstrap token's id): a pull member's registration, CSR-like. `tether token create` makes it;
   `tether register` fills in the member's details with the bootstrap token; the hub's registry
   controller approves (creating the Cluster and the agent's credentials) or denies it.
-- `federated_crd(kind, plural, scope)`: a KubeFed `Federated<Kind>` CRD (`types.kubefed.io`).
-
-Bodies users write (templates, policy details) keep `x-kubernetes-preserve-unknown-fields`, but
-every field users rely on is declared, so it shows in `kubectl explain` and is type-checked.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
+
+from tether.federation import upstream_schemas
 
 Schema = dict[str, Any]
 Crd = dict[str, Any]
@@ -30,9 +50,11 @@ CLUSTER_GROUP = "cluster.tether.io"
 CLUSTER_VERSION = "v1alpha1"
 CLUSTER_API_VERSION = f"{CLUSTER_GROUP}/{CLUSTER_VERSION}"
 KARMADA_POLICY_GROUP = "policy.karmada.io"
+KARMADA_WORK_GROUP = "work.karmada.io"
 KUBEFED_CORE_GROUP = "core.kubefed.io"
 KUBEFED_SCHEDULING_GROUP = "scheduling.kubefed.io"
 KUBEFED_TYPES_GROUP = "types.kubefed.io"
+KARMADA_CATEGORY = "karmada-io"
 WORK_GROUP = "work.tether.io"
 WORK_API_VERSION = f"{WORK_GROUP}/v1alpha1"
 CATEGORY = "tether"
@@ -149,16 +171,6 @@ def taint() -> Schema:
     }, required=("key", "effect"))
 
 
-def toleration() -> Schema:
-    return obj({
-        "key": string(),
-        "operator": string(enum=["Exists", "Equal"]),
-        "value": string(),
-        "effect": string(),
-        "tolerationSeconds": integer(format="int64"),
-    })
-
-
 def root(spec: Schema | None, status: Schema | None = None, *, description: str = "",
          required: tuple[str, ...] = ()) -> Schema:
     properties: dict[str, Schema] = {
@@ -215,6 +227,9 @@ def crd(*, group: str, version: str, kind: str, plural: str, scope: str, schema:
 # Cluster ------------------------------------------------------------------------------------
 
 
+KARMADA_CLUSTER_CRD = "clusters.cluster.karmada.io"
+
+
 def cluster_crd() -> Crd:
     secret_ref = obj({"namespace": string(), "name": string()}, required=("namespace", "name"))
     spec = obj({
@@ -232,7 +247,7 @@ def cluster_crd() -> Crd:
         "region": string(),
         "zones": array(string()),
         "taints": array(taint()),
-        "resourceModels": array(obj(preserve=True)),
+        "resourceModels": node(upstream_schema(KARMADA_CLUSTER_CRD), "spec", "resourceModels"),
     }, required=("syncMode",))
     status = obj({
         "kubernetesVersion": string(),
@@ -267,201 +282,168 @@ def cluster_crd() -> Crd:
     )
 
 
-# Karmada policies ---------------------------------------------------------------------------
+# Upstream kinds -----------------------------------------------------------------------------
 
 
-def resource_selectors() -> Schema:
-    return array(obj({
-        "apiVersion": string(),
-        "kind": string(),
-        "namespace": string(),
-        "name": string(),
-        "labelSelector": label_selector(),
-    }, required=("apiVersion", "kind")), "Which resource templates the policy applies to.")
+class UnknownUpstreamType(KeyError):
+    """A CRD name `upstream_schemas` does not hold."""
 
 
-def cluster_affinity() -> Schema:
-    return obj({
-        "clusterNames": array(string()),
-        "exclude": array(string()),
-        "labelSelector": label_selector(),
-        "fieldSelector": obj({"matchExpressions": array(obj({
-            "key": string(), "operator": string(), "values": array(string()),
-        }, required=("key", "operator")))}),
-    })
+def upstream_names() -> list[str]:
+    """The CRD names (`plural.group`) `upstream_schemas` holds."""
+    return sorted(upstream_schemas.TYPES)
 
 
-def placement() -> Schema:
-    affinity = cluster_affinity()
-    term = dict(affinity)
-    term["properties"] = {**affinity["properties"], "affinityName": string()}
-    term["required"] = ["affinityName"]
-    return obj({
-        "clusterAffinity": affinity,
-        "clusterAffinities": array(term),
-        "clusterTolerations": array(toleration()),
-        "spreadConstraints": array(obj({
-            "spreadByField": string(enum=["cluster", "region", "zone", "provider"]),
-            "spreadByLabel": string(),
-            "maxGroups": integer(),
-            "minGroups": integer(),
-        })),
-        "replicaScheduling": obj({
-            "replicaSchedulingType": string(enum=["Duplicated", "Divided"]),
-            "replicaDivisionPreference": string(enum=["Aggregated", "Weighted"]),
-            "weightPreference": obj({
-                "staticWeightList": array(obj({
-                    "targetCluster": cluster_affinity(),
-                    "weight": integer(minimum=1),
-                }, required=("targetCluster", "weight"))),
-                "dynamicWeight": string(enum=["AvailableReplicas"]),
-            }),
-        }),
-    }, preserve=True)
+def upstream_schema(name: str, version: str | None = None) -> Schema:
+    """A copy of upstream's openAPIV3Schema of `name` at `version` (default: the storage one)."""
+    entry = _upstream(name)
+    for candidate in entry["versions"]:
+        if candidate["name"] == version or (version is None and candidate.get("storage")):
+            return copy.deepcopy(candidate["schema"])
+    raise UnknownUpstreamType(f"{name} has no version {version!r}")
 
 
-def propagation_spec() -> Schema:
-    return obj({
-        "resourceSelectors": resource_selectors(),
-        "placement": placement(),
-        "priority": integer(),
-        "preemption": string(enum=["Always", "Never"]),
-        "propagateDeps": boolean(),
-        "conflictResolution": string(enum=["Abort", "Overwrite"]),
-        "preserveResourcesOnDeletion": boolean(),
-        "suspension": obj(preserve=True),
-        "failover": obj(preserve=True),
-        "schedulerName": string(),
-        "dependentOverrides": array(string()),
-        "activationPreference": string(),
-    }, required=("resourceSelectors",), preserve=True)
+def _upstream(name: str) -> dict[str, Any]:
+    try:
+        return upstream_schemas.TYPES[name]
+    except KeyError:
+        raise UnknownUpstreamType(name) from None
+
+
+def node(schema: Schema, *path: str) -> Schema:
+    """The schema node at `path`: property names, `[]` for array items, `{}` for map values."""
+    here = schema
+    for step in path:
+        if step == "[]":
+            here = here["items"]
+        elif step == "{}":
+            here = here["additionalProperties"]
+        else:
+            here = here["properties"][step]
+    return here
+
+
+def add_properties(schema: Schema, path: tuple[str, ...], properties: dict[str, Schema]) -> None:
+    """Declare tether's own `properties` at `path` of an upstream schema (in place)."""
+    target = node(schema, *path)
+    target.setdefault("properties", {}).update(copy.deepcopy(properties))
+
+
+SchemaEdit = Callable[[Schema], None]
+
+
+def upstream_crd(name: str, *, version: str | None = None, edit: SchemaEdit | None = None,
+                 categories: tuple[str, ...] = (CATEGORY,)) -> Crd:
+    """The hub's CRD for upstream type `name` (`plural.group`), serving one version.
+
+    `version` defaults to upstream's storage version. Names, scope, subresources and printer
+    columns are upstream's; `categories` are added to upstream's. `edit` changes the schema
+    (tether's additions) before it goes into the CRD.
+    """
+    entry = _upstream(name)
+    chosen = [v for v in entry["versions"]
+              if v["name"] == version or (version is None and v.get("storage"))]
+    if not chosen:
+        raise UnknownUpstreamType(f"{name} has no version {version!r}")
+    source = copy.deepcopy(chosen[0])
+    schema = source.pop("schema")
+    if edit is not None:
+        edit(schema)
+    version_entry: dict[str, Any] = {"name": source["name"], "served": True, "storage": True,
+                                     "schema": {"openAPIV3Schema": schema}}
+    for key in ("subresources", "additionalPrinterColumns", "deprecated", "deprecationWarning"):
+        if source.get(key):
+            version_entry[key] = source[key]
+    names = copy.deepcopy(entry["names"])
+    merged = list(names.get("categories") or [])
+    merged += [c for c in categories if c not in merged]
+    if merged:
+        names["categories"] = merged
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "tether-hub"}},
+        "spec": {"group": entry["group"], "scope": entry["scope"], "names": names,
+                 "versions": [version_entry]},
+    }
+
+
+# What tether declares beyond upstream's schemas, by CRD name: for docs/federation.md and tests.
+TETHER_ADDITIONS: dict[str, tuple[str, ...]] = {
+    "federatedtypeconfigs.core.kubefed.io": (
+        "spec.propagation, spec.statusCollection: enum Enabled|Disabled (kubefed's webhook checks)",
+        "spec.*Type.scope: enum Cluster|Namespaced (kubefed's webhook checks)",
+    ),
+    "replicaschedulingpreferences.scheduling.kubefed.io": (
+        "spec.targetKind: enum FederatedDeployment|FederatedReplicaSet (the kinds KubeFed schedules)",
+        "spec.totalReplicas, spec.clusters.*.{min,max}Replicas, weight: minimum 0",
+    ),
+    "federated<kind>.types.kubefed.io": (
+        "status.conditions[].message, status.clusters[].message: why propagation failed",
+    ),
+}
+
+
+# Karmada ------------------------------------------------------------------------------------
 
 
 def propagation_policy_crd(cluster_scoped: bool) -> Crd:
-    kind = "ClusterPropagationPolicy" if cluster_scoped else "PropagationPolicy"
-    return crd(
-        group=KARMADA_POLICY_GROUP, version="v1alpha1", kind=kind,
-        plural="clusterpropagationpolicies" if cluster_scoped else "propagationpolicies",
-        scope="Cluster" if cluster_scoped else "Namespaced",
-        short_names=("cpp",) if cluster_scoped else ("pp",),
-        schema=root(propagation_spec(), obj(preserve=True), required=("spec",)),
-        columns=(column("Conflict-Resolution", ".spec.conflictResolution"),
-                 column("Priority", ".spec.priority", "integer"), AGE),
-        status=False,
-    )
-
-
-def overriders() -> Schema:
-    plain = array(obj({
-        "path": string(),
-        "operator": string(enum=["add", "remove", "replace"]),
-        "value": any_value(),
-    }, required=("path", "operator")))
-    image = array(obj({
-        "predicate": obj({"path": string()}, required=("path",)),
-        "component": string(enum=["Registry", "Repository", "Tag"]),
-        "operator": string(enum=["add", "remove", "replace"]),
-        "value": string(),
-    }, required=("component", "operator")))
-    command = array(obj({
-        "containerName": string(),
-        "operator": string(enum=["add", "remove"]),
-        "value": array(string()),
-    }, required=("containerName", "operator")))
-    labels = array(obj({
-        "operator": string(enum=["add", "remove", "replace"]),
-        "value": string_map(),
-    }, required=("operator",)))
-    return obj({
-        "plaintext": plain,
-        "imageOverrider": image,
-        "commandOverrider": command,
-        "argsOverrider": command,
-        "labelsOverrider": labels,
-        "annotationsOverrider": labels,
-    }, preserve=True)
-
-
-def override_spec() -> Schema:
-    return obj({
-        "resourceSelectors": resource_selectors(),
-        "overrideRules": array(obj({
-            "targetCluster": cluster_affinity(),
-            "overriders": overriders(),
-        }, required=("overriders",))),
-        "targetCluster": cluster_affinity(),
-        "overriders": overriders(),
-    }, preserve=True)
+    name = "clusterpropagationpolicies" if cluster_scoped else "propagationpolicies"
+    return upstream_crd(f"{name}.{KARMADA_POLICY_GROUP}")
 
 
 def override_policy_crd(cluster_scoped: bool) -> Crd:
-    kind = "ClusterOverridePolicy" if cluster_scoped else "OverridePolicy"
-    return crd(
-        group=KARMADA_POLICY_GROUP, version="v1alpha1", kind=kind,
-        plural="clusteroverridepolicies" if cluster_scoped else "overridepolicies",
-        scope="Cluster" if cluster_scoped else "Namespaced",
-        short_names=("cop",) if cluster_scoped else ("op",),
-        schema=root(override_spec(), required=("spec",)),
-        columns=(AGE,),
-        status=False,
-    )
+    name = "clusteroverridepolicies" if cluster_scoped else "overridepolicies"
+    return upstream_crd(f"{name}.{KARMADA_POLICY_GROUP}")
+
+
+def resource_binding_crd(cluster_scoped: bool) -> Crd:
+    """Karmada's (Cluster)ResourceBinding at v1alpha2, the version Karmada stores and tools read
+    (v1alpha1 is only reachable through Karmada's conversion webhook, which the hub does not run)."""
+    name = "clusterresourcebindings" if cluster_scoped else "resourcebindings"
+    return upstream_crd(f"{name}.{KARMADA_WORK_GROUP}", version="v1alpha2")
+
+
+def cluster_taint_policy_crd() -> Crd:
+    """Karmada's ClusterTaintPolicy; not in `hub_crds()` until a controller acts on it."""
+    return upstream_crd(f"clustertaintpolicies.{KARMADA_POLICY_GROUP}")
+
+
+def workload_rebalancer_crd() -> Crd:
+    """Karmada's WorkloadRebalancer; not in `hub_crds()` until a controller acts on it."""
+    return upstream_crd("workloadrebalancers.apps.karmada.io")
 
 
 # KubeFed ------------------------------------------------------------------------------------
 
 
-def api_resource() -> Schema:
-    return obj({
-        "group": string(),
-        "version": string(),
-        "kind": string(),
-        "pluralName": string(),
-        "scope": string(enum=["Cluster", "Namespaced"]),
-    }, required=("kind", "pluralName", "scope", "version"))
+def _federated_type_config_edit(schema: Schema) -> None:
+    spec = node(schema, "spec")
+    for key in ("propagation", "statusCollection"):
+        spec["properties"][key]["enum"] = ["Enabled", "Disabled"]
+    for key in ("targetType", "federatedType", "statusType"):
+        spec["properties"][key]["properties"]["scope"]["enum"] = ["Cluster", "Namespaced"]
 
 
 def federated_type_config_crd() -> Crd:
-    spec = obj({
-        "targetType": api_resource(),
-        "federatedType": api_resource(),
-        "statusType": api_resource(),
-        "propagation": string(enum=["Enabled", "Disabled"]),
-        "statusCollection": string(enum=["Enabled", "Disabled"]),
-    }, required=("targetType", "federatedType", "propagation"))
-    status = obj({
-        "observedGeneration": integer(format="int64"),
-        "propagationController": string(enum=["Running", "NotRunning"]),
-        "statusController": string(enum=["Running", "NotRunning"]),
-    })
-    return crd(
-        group=KUBEFED_CORE_GROUP, version="v1beta1", kind="FederatedTypeConfig",
-        plural="federatedtypeconfigs", scope="Namespaced", short_names=("ftc",),
-        schema=root(spec, status, required=("spec",)),
-        columns=(AGE,),
-    )
+    return upstream_crd(f"federatedtypeconfigs.{KUBEFED_CORE_GROUP}", edit=_federated_type_config_edit)
+
+
+def kubefed_cluster_crd() -> Crd:
+    return upstream_crd(f"kubefedclusters.{KUBEFED_CORE_GROUP}")
+
+
+def _replica_scheduling_preference_edit(schema: Schema) -> None:
+    spec = node(schema, "spec")
+    spec["properties"]["targetKind"]["enum"] = ["FederatedDeployment", "FederatedReplicaSet"]
+    spec["properties"]["totalReplicas"]["minimum"] = 0
+    for field in node(spec, "clusters", "{}")["properties"].values():
+        field["minimum"] = 0
 
 
 def replica_scheduling_preference_crd() -> Crd:
-    preference = obj({
-        "minReplicas": integer(format="int64", minimum=0),
-        "maxReplicas": integer(format="int64", minimum=0),
-        "weight": integer(format="int64", minimum=0),
-    })
-    spec = obj({
-        "targetKind": string(enum=["FederatedDeployment", "FederatedReplicaSet"]),
-        "totalReplicas": integer(format="int32", minimum=0),
-        "rebalance": boolean(),
-        "intersectWithClusterSelector": boolean(),
-        "clusters": {"type": "object", "additionalProperties": preference,
-                     "description": "Per cluster name (or `*`) preferences."},
-    }, required=("targetKind", "totalReplicas"))
-    return crd(
-        group=KUBEFED_SCHEDULING_GROUP, version="v1alpha1", kind="ReplicaSchedulingPreference",
-        plural="replicaschedulingpreferences", scope="Namespaced", short_names=("rsp",),
-        schema=root(spec, obj(preserve=True), required=("spec",)),
-        columns=(AGE,),
-    )
-
+    return upstream_crd(f"replicaschedulingpreferences.{KUBEFED_SCHEDULING_GROUP}",
+                        edit=_replica_scheduling_preference_edit)
 
 def federated_scope(kind: str, target_scope: str) -> str:
     return "Namespaced" if kind == "Namespace" else target_scope
@@ -489,6 +471,23 @@ def federated_type_config(*, group: str, version: str, kind: str, plural: str, s
     }
 
 
+# KubeFed's chart installs one such CRD per default type; they differ only in their names and,
+# for scalable targets, a `retainReplicas` flag tether does not implement (so it is not declared:
+# kubectl refuses it rather than tether ignoring it).
+FEDERATED_TEMPLATE_CRD = f"federatedconfigmaps.{KUBEFED_TYPES_GROUP}"
+
+
+def federated_schema(kind: str) -> Schema:
+    """The `Federated<Kind>` schema: KubeFed's, strict outside `spec.template` and the override
+    values, plus the `message`s tether writes into its status."""
+    schema = upstream_schema(FEDERATED_TEMPLATE_CRD)
+    node(schema, "spec", "template")["description"] = (
+        f"The {kind} to propagate, without name/namespace.")
+    add_properties(schema, ("status", "conditions", "[]"), {"message": string()})
+    add_properties(schema, ("status", "clusters", "[]"), {"message": string()})
+    return schema
+
+
 def federated_crd(kind: str, plural: str, scope: str) -> Crd:
     """The `Federated<Kind>` CRD (types.kubefed.io/v1beta1) for target type `kind`/`plural`.
 
@@ -498,48 +497,9 @@ def federated_crd(kind: str, plural: str, scope: str) -> Crd:
     """
     if scope not in ("Namespaced", "Cluster"):
         raise ValueError(f"scope must be Namespaced or Cluster, not {scope!r}")
-    placement_schema = obj({
-        "clusters": array(obj({"name": string()}, required=("name",))),
-        "clusterSelector": label_selector(),
-    })
-    overrides = array(obj({
-        "clusterName": string(),
-        "clusterOverrides": array(obj({
-            "op": string(enum=["add", "remove", "replace"]),
-            "path": string(),
-            "value": any_value(),
-        }, required=("path",))),
-    }, required=("clusterName",)))
-    spec = obj({
-        "template": obj(preserve=True, description=f"The {kind} to propagate, without name/namespace."),
-        "placement": placement_schema,
-        "overrides": overrides,
-    }, preserve=True)
-    status = obj({
-        "observedGeneration": integer(format="int64"),
-        "conditions": array(obj({
-            "type": string(),
-            "status": string(),
-            "reason": string(),
-            "message": string(),
-            "lastTransitionTime": string(format="date-time"),
-            "lastUpdateTime": string(format="date-time"),
-        }, required=("type", "status"))),
-        "clusters": array(obj({
-            "name": string(),
-            "status": string(),
-            "message": string(),
-            "remoteStatus": obj(preserve=True),
-        }, required=("name",))),
-    }, preserve=True)
-    federated_kind = f"Federated{kind}"
-    return crd(
-        group=KUBEFED_TYPES_GROUP, version="v1beta1", kind=federated_kind,
-        plural=f"federated{plural}", scope=scope,
-        schema=root(spec, status),
-        columns=(AGE,),
-        categories=(CATEGORY, "federated"),
-    )
+    return crd(group=KUBEFED_TYPES_GROUP, version="v1beta1", kind=f"Federated{kind}",
+               plural=f"federated{plural}", scope=scope, schema=federated_schema(kind),
+               categories=(CATEGORY, "federated"))
 
 
 # Work ---------------------------------------------------------------------------------------
@@ -632,7 +592,10 @@ def hub_crds() -> list[Crd]:
         propagation_policy_crd(True),
         override_policy_crd(False),
         override_policy_crd(True),
+        resource_binding_crd(False),
+        resource_binding_crd(True),
         federated_type_config_crd(),
+        kubefed_cluster_crd(),
         replica_scheduling_preference_crd(),
         work_crd(),
         registration_request_crd(),

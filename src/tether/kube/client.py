@@ -228,6 +228,19 @@ class Upgraded:
     stream: UpgradedStream | None
 
 
+def _log_warnings(method: str, path: str, answer: Answer) -> None:
+    """Log the server's `Warning` headers, as client-go's default handler prints them: a field
+    the server dropped (an unknown field under fieldValidation=Warn) must not go unnoticed."""
+    for name, value in answer.fields:
+        if name.lower() == "warning":
+            code, _, rest = value.partition(" ")
+            _, _, text = rest.partition(" ")
+            if code == "299" and len(text) >= 2 and text[0] == text[-1] == '"':
+                with contextlib.suppress(ValueError):
+                    text = json.loads(text)
+            log.warning("%s %s: server warning: %s", method, path, text or value)
+
+
 class KubeClient:
     def __init__(
         self,
@@ -310,6 +323,8 @@ class KubeClient:
         except TransportError as exc:
             raise self._unreachable(exc) from exc
         log.debug("%s %s -> %d", method, path, answer.status)
+        if "warning" in answer.headers:
+            _log_warnings(method, path, answer)
         return answer
 
     async def request(self, method: str, path: str, *, body: Any = None,

@@ -176,10 +176,20 @@ class Operations:
             obj.clear()
             obj.update(pruned)
             unknown += schema_unknown
+        elif rt.crd and rt.schema is not None and "status" in obj:
+            # A status write keeps only the status (the rest is the stored object): prune that.
+            pruned, schema_unknown = schema.prune({"status": obj["status"]}, rt.schema, copy=False)
+            if "status" in pruned:
+                obj["status"] = pruned["status"]
+            else:
+                del obj["status"]
+            unknown += schema_unknown
         if unknown and current is not None:
             # Fields an older tether stored are dropped, but not blamed on this request.
             stored = set(builtin_fields.unknown_fields(rt.group, rt.kind, current, has_status=rt.status,
                                                        remove=False))
+            if rt.crd and rt.schema is not None:  # stored before the CRD's schema declared less
+                stored.update(schema.prune(current, rt.schema)[1])
             unknown = [p for p in unknown if p not in stored]
         problems = [f'unknown field "{p}"' for p in unknown] + [f'duplicate field "{p}"' for p in opts.duplicates]
         if not problems or opts.field_validation in ("", "Ignore"):
@@ -345,7 +355,7 @@ class Operations:
     def _write_update(self, rt: ResourceType, current: Obj, new: Obj, opts: WriteOptions, *,
                       subresource: str = "", expect: str | None = None) -> Obj:
         # A status write keeps only the new status, and may share the rest with the stored
-        # object: its unknown fields are reported, never removed.
+        # object: unknown fields outside a custom resource's status are reported, never removed.
         self._check_fields(rt, new, opts, current, remove=subresource != "status")
         new = self._merge_owned_parts(rt, current, new, subresource)
         meta, cur_meta = new["metadata"], current["metadata"]

@@ -55,6 +55,7 @@ LIST_TYPE = "x-kubernetes-list-type"
 LIST_MAP_KEYS = "x-kubernetes-list-map-keys"
 _META_FIELDS = frozenset({"apiVersion", "kind", "metadata"})
 _TYPES = ("array", "boolean", "integer", "number", "object", "string")
+ROOT_FIELD = "<nil>"  # how kube-apiserver names the field of an error with no path
 
 
 @dataclass(frozen=True)
@@ -131,17 +132,19 @@ def _default(value: Any, schema: Schema | None) -> Any:
 # Pruning
 
 
-def prune(obj: Any, schema: Schema | None) -> tuple[Any, list[str]]:
+def prune(obj: Any, schema: Schema | None, *, copy: bool = True) -> tuple[Any, list[str]]:
     """A copy of `obj` without undeclared fields, and the paths removed (`spec.foo`).
 
     The top level is treated as an embedded resource: apiVersion, kind and metadata stay.
     Below `x-kubernetes-preserve-unknown-fields: true`, unknown fields stay but declared
     children are still pruned. `additionalProperties: true` keeps the whole value.
+    `copy=False` saves the deep copy: the result may then share the values it keeps whole
+    (preserved subtrees, metadata) with `obj`, which the caller must own.
     """
     removed: list[str] = []
     root = dict(schema or {})
     root[EMBEDDED] = True
-    return _prune(_copy(obj), root, (), removed), removed
+    return _prune(_copy(obj) if copy else obj, root, (), removed), removed
 
 
 def _is_meta(key: str, value: Any) -> bool:
@@ -311,6 +314,8 @@ def _validate(value: Any, schema: Schema, path: Path, errors: _Collector) -> Non
         _check_array(value, schema, path, errors)
     elif isinstance(value, Mapping):
         _check_object(value, schema, path, errors)
+    if "anyOf" in schema or "oneOf" in schema or "allOf" in schema or "not" in schema:
+        _check_composite(value, schema, path, errors)
 
 
 def _check_type(value: Any, schema: Schema, path: Path, errors: _Collector) -> bool:
@@ -505,6 +510,12 @@ def _check_list_type(value: Sequence[Any], schema: Schema, path: Path, errors: _
 
 def _check_object(value: Mapping[str, Any], schema: Schema, path: Path, errors: _Collector) -> None:
     name = _dotted(path)
+    if path and schema.get(EMBEDDED) is True:
+        # An embedded object must say what it is, as the server's embedded-resource check does
+        # (the top level is the request's own object: its type is checked elsewhere).
+        for key in ("apiVersion", "kind"):
+            if not value.get(key):
+                errors.add(_field_path((*path, key)), "FieldValueRequired", "Required value: must not be empty")
     min_props = schema.get("minProperties")
     if isinstance(min_props, int) and len(value) < min_props:
         detail = f"{name} in body should have at least {min_props} properties"
@@ -528,6 +539,59 @@ def _check_object(value: Mapping[str, Any], schema: Schema, path: Path, errors: 
         elif additional is False:
             detail = f"{_dotted((*path, key))} in body is a forbidden property"
             errors.invalid((*path, key), "", detail)
+
+
+def _branch(value: Any, branch: Any, path: Path) -> list[Violation]:
+    found = _Collector()
+    if isinstance(branch, Mapping):
+        _validate(value, branch, path, found)
+    return found.violations
+
+
+def _closest(results: list[list[Violation]]) -> list[Violation]:
+    """The failing branch with the fewest violations (the first of equals)."""
+    return min(results, key=lambda r: len(r))
+
+
+def _check_composite(value: Any, schema: Schema, path: Path, errors: _Collector) -> None:
+    """anyOf / oneOf / allOf / not: value validations over alternatives.
+
+    As kube-apiserver reports them: the composite failure is a root-level error (field `<nil>`,
+    the node's dotted path quoted in the message), followed by the errors of the branch that
+    came closest (anyOf, oneOf) or of every branch (allOf).
+    """
+    name = json.dumps(_dotted(path))
+
+    def composite(detail: str) -> None:
+        errors.add(ROOT_FIELD, "FieldValueInvalid", f'Invalid value: "": {name} {detail}')
+
+    any_of = schema.get("anyOf")
+    if isinstance(any_of, list) and any_of:
+        results = [_branch(value, b, path) for b in any_of]
+        if all(results):
+            composite("must validate at least one schema (anyOf)")
+            errors.violations.extend(_closest(results))
+    one_of = schema.get("oneOf")
+    if isinstance(one_of, list) and one_of:
+        results = [_branch(value, b, path) for b in one_of]
+        valid = sum(1 for r in results if not r)
+        if valid != 1:
+            found = "Found none valid" if not valid else f"Found {valid} valid alternatives"
+            composite(f"must validate one and only one schema (oneOf). {found}")
+            if not valid:
+                errors.violations.extend(_closest(results))
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and all_of:
+        results = [_branch(value, b, path) for b in all_of]
+        failed = [r for r in results if r]
+        if failed:
+            for result in failed:
+                errors.violations.extend(result)
+            none = ". None validated" if len(failed) == len(results) else ""
+            composite(f"must validate all the schemas (allOf){none}")
+    negated = schema.get("not")
+    if isinstance(negated, Mapping) and not _branch(value, negated, path):
+        composite("must not validate the schema (not)")
 
 
 # ---------------------------------------------------------------------------------------------
