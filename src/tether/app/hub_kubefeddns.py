@@ -2,8 +2,8 @@
 become DNSEndpoints, from the registered Clusters' Services and Ingresses (zones and region from
 the Cluster objects).
 
-The CRDs are upstream's schemas when `tether.federation.crds` carries them (`upstream_crd`),
-else the controller's own minimal ones; either way they are created on the hub when missing.
+The CRDs are KubeFed's own schemas (`tether.federation.crds.upstream_crd`), created on the hub
+when missing.
 """
 
 from __future__ import annotations
@@ -25,12 +25,9 @@ NAMES = ("domains", "servicednsrecords", "ingressdnsrecords", "dnsendpoints")
 
 
 def crds() -> list[dict[str, Any]]:
-    upstream = getattr(federation_crds, "upstream_crd", None)
-    if upstream is None:
-        return multicluster_dns_crds()
     try:
-        return [upstream(f"{name}.multiclusterdns.kubefed.io") for name in NAMES]
-    except KeyError:
+        return [federation_crds.upstream_crd(f"{name}.multiclusterdns.kubefed.io") for name in NAMES]
+    except federation_crds.UnknownUpstreamType:  # schemas not generated: the controller's minimal ones
         return multicluster_dns_crds()
 
 
