@@ -32,6 +32,7 @@ IMAGE = "registry.example/shop/app:1"  # runs virtually: Running and Ready, an I
 class World:
     clusters: Any
     dns: tuple[str, int]
+    restart_controller: Any = None
 
     def kubectl(self, context: str, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
         return self.clusters.kubectl(*args, context=context, **kw)  # type: ignore[no-any-return]
@@ -101,9 +102,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     data_dir = tmp_path_factory.mktemp("mcs")
     clusters = conftest.start_clusters(data_dir, ["east", "west"], tmp_path_factory.mktemp("kubecache"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    controller = Collected([sys.executable, "-m", "tether", "mcs", "run", "--kubeconfig", str(clusters.kubeconfig),
-                            "--context", "east", "--context", "west", "--clusterset", "shopping", "-v"],
-                           env=env, merge_stderr=True)
+    command = [sys.executable, "-m", "tether", "mcs", "run", "--kubeconfig", str(clusters.kubeconfig),
+               "--context", "east", "--context", "west", "--clusterset", "shopping", "-v"]
+    controllers = [Collected(command, env=env, merge_stderr=True)]
+
+    def restart() -> Collected:
+        controllers[-1].stop()
+        controllers.append(Collected(command, env=env, merge_stderr=True))
+        return controllers[-1]
+
     dns = None
     try:
         # the controller installs the CRDs in both clusters
@@ -117,11 +124,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         host, port = line.split("tether dns on ", 1)[1].split(" ", 1)[0].rsplit(":", 1)
         for context in ("east", "west"):
             clusters.kubectl("create", "namespace", NS, context=context)
-        yield World(clusters, (host, int(port)))
+        yield World(clusters, (host, int(port)), restart)
     finally:
         if dns is not None:
             dns.stop()
-        controller.stop()
+        controllers[-1].stop()
         conftest.tether("local", "down", "--data-dir", str(data_dir))
 
 
@@ -211,6 +218,26 @@ def test_headless_export_and_its_dns_names(world: World) -> None:
     assert world.dig("db-0.east.db.shop.svc.clusterset.local", "A") == [pods["db-0"]]
     assert world.dig("_pg._tcp.db.shop.svc.clusterset.local", "SRV") == sorted(
         f"0 50 8080 db-{i}.east.db.shop.svc.clusterset.local." for i in range(2))
+
+
+def test_a_restart_changes_nothing(world: World) -> None:
+    before = {c: world.get(c, "serviceimports.multicluster.x-k8s.io", "web", "-n", NS) for c in ("east", "west")}
+    slices = sorted(s["metadata"]["uid"] for s in world.get("west", "endpointslices", "-n", NS, "-l",
+                                                              "multicluster.kubernetes.io/service-name=web")["items"])
+    process = world.restart_controller()
+    process.wait_for_line(lambda text: "west joined the clusterset" in text, timeout=60)
+    process.wait_for_line(lambda text: "east joined the clusterset" in text, timeout=60)
+    # a new export after the restart goes through: the restarted controller has reconciled by then
+    world.apply("east", service("after", [("http", 80)]), export("after"))
+    poll(lambda: world.get("west", "serviceimports.multicluster.x-k8s.io", "after", "-n", NS), timeout=60,
+         what="an import made after the restart")
+    process.wait_for_line(lambda text: "listed every member" in text, timeout=60)
+    for context, old in before.items():
+        now = world.get(context, "serviceimports.multicluster.x-k8s.io", "web", "-n", NS)
+        assert now["metadata"]["uid"] == old["metadata"]["uid"]
+        assert now["metadata"]["resourceVersion"] == old["metadata"]["resourceVersion"]  # not even rewritten
+    assert sorted(s["metadata"]["uid"] for s in world.get("west", "endpointslices", "-n", NS, "-l",
+                                                          "multicluster.kubernetes.io/service-name=web")["items"]) == slices
 
 
 def test_removing_the_exports_removes_the_import(world: World) -> None:

@@ -68,6 +68,7 @@ class ClusterRecords:
         self.on_table = on_table
         self.config = config or SourceConfig()
         self._dirty = asyncio.Event()
+        self._dirty.set()  # the first table is built once everything has listed, events or not
         self._serial = 0
 
         def informer(api_version: str, kind: str, selector: str) -> Informer:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -52,6 +53,9 @@ CLUSTER_ID_PROPERTY = "cluster.clusterset.k8s.io"
 CLUSTERSET_PROPERTY = "clusterset.k8s.io"
 DEFAULT_CLUSTERSET = "clusterset"
 MEMBERS_RECHECK_S = 10.0
+# How long a member that has not listed yet holds back every reconcile: without it, a restart
+# would withdraw imports whose only exporter had simply not been listed yet.
+SYNC_GRACE_S = 60.0
 Key = tuple[str, str]
 
 
@@ -71,10 +75,16 @@ class _MemberState:
     import_api: str = f"{MCS_GROUP}/v1beta1"
     informers: dict[str, Informer] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
+    started: float = field(default_factory=time.monotonic)
 
     @property
     def synced(self) -> bool:
         return bool(self.informers) and all(i.synced for i in self.informers.values())
+
+    @property
+    def holding_back(self) -> bool:
+        """Not listed yet, and still within its grace period."""
+        return not self.synced and time.monotonic() - self.started < SYNC_GRACE_S
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         informer = self.informers.get(kind)
@@ -169,6 +179,7 @@ class McsController:
             self.states[name] = state
             assert self._group is not None
             state.task = self._group.create_task(self._run_member(state))
+            self._group.create_task(self._grace_over(state))
 
     async def _run_member(self, state: _MemberState) -> None:
         delay = 1.0
@@ -207,7 +218,17 @@ class McsController:
             while not each.synced:
                 with contextlib.suppress(TimeoutError):
                     await each.wait_synced(3600.0)
+        if all(s.synced for s in self.states.values()):
+            log.info("mcs: listed every member (%s); reconciling", ", ".join(sorted(self.states)))
         self._enqueue_everything()
+
+    async def _grace_over(self, state: _MemberState) -> None:
+        """A member that never lists stops holding the others back after its grace period."""
+        await asyncio.sleep(SYNC_GRACE_S)
+        if not state.synced and self.states.get(state.member.name) is state:
+            log.warning("mcs: %s has not been listed after %.0fs; going on without it", state.member.name,
+                        SYNC_GRACE_S)
+            self._enqueue_everything()
 
     async def _prepare(self, state: _MemberState) -> None:
         client = state.client
@@ -303,6 +324,8 @@ class McsController:
 
     async def _reconcile(self, key: Key) -> None:
         namespace, name = key
+        if any(s.holding_back for s in self.states.values()):
+            return  # its listing enqueues every key again
         states = [s for s in self.states.values() if s.synced and s.cluster_id]
         exports: list[P.Export] = []
         owners: dict[str, tuple[_MemberState, Obj]] = {}
