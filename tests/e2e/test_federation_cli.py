@@ -197,6 +197,19 @@ def test_federate_a_deployment(fleet: Fleet) -> None:
     assert fleet.exists("hub", "-n", NS, "federateddeployment", "web")
 
 
+def test_federate_into_a_namespace_that_is_not_federated_says_how(fleet: Fleet) -> None:
+    fleet.kubectl("hub", "create", "namespace", "fedcli-plain")
+    fleet.kubectl("hub", "-n", "fedcli-plain", "create", "configmap", "lonely")
+    result = fleet.hub("federate", "configmap/lonely", "-n", "fedcli-plain")
+    assert result.returncode == 0, result.stderr
+    assert "federatedconfigmap.types.kubefed.io/fedcli-plain/lonely created" in result.stdout
+    assert "namespace 'fedcli-plain' is not federated" in result.stderr
+    assert "`tether federate namespace/fedcli-plain`" in result.stderr
+    ok(fleet.hub("federate", "namespace/fedcli-plain"))
+    again = fleet.hub("federate", "configmap/lonely", "-n", "fedcli-plain")
+    assert again.returncode == 0 and "not federated" not in again.stderr
+
+
 def test_federate_namespace_contents(fleet: Fleet) -> None:
     fleet.kubectl("hub", "create", "namespace", "fedcli-contents")
     fleet.kubectl("hub", "-n", "fedcli-contents", "create", "configmap", "one", "--from-literal=a=1")
@@ -212,6 +225,7 @@ def test_federate_namespace_contents(fleet: Fleet) -> None:
     assert "skipped 1 roles.rbac.authorization.k8s.io" in out.stderr
     assert "federatedreplicaset" not in out.stdout and "pods/" not in out.stdout
     assert "kube-root-ca.crt" not in out.stdout and "serviceaccount" not in out.stdout
+    assert "metrics.k8s.io" not in out.stderr  # PodMetrics cannot be created: not content
     # --enable-type enables what is missing first.
     out = fleet.hub("federate", "role/reader", "-n", "fedcli-contents", "--enable-type")
     assert out.returncode == 0, out.stdout + out.stderr

@@ -115,6 +115,7 @@ class Fleet:
     hub_proc: subprocess.Popen[bytes] | None = None
     hub_port: int = 0
     hub_runs: int = 0
+    hub_args: tuple[str, ...] = ()  # extra `tether hub run` flags
 
     def kubeconfig_of(self, context: str) -> Path:
         return self.member_kubeconfig if context == "cluster1" else self.kubeconfig
@@ -148,7 +149,7 @@ class Fleet:
             self.hub_proc = subprocess.Popen(
                 [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig",
                  str(self.kubeconfig), "--context", "host", "--port", "0", "--health-period",
-                 "0.5", "--health-threshold", "1", "--resync", "5", "--verbose"],
+                 "0.5", "--health-threshold", "1", "--resync", "5", "--verbose", *self.hub_args],
                 stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while "http://127.0.0.1:" not in log.read_text():
@@ -393,6 +394,12 @@ async def test_karmada_divided_with_image_override(fleet: Fleet) -> None:
 
     report = await until(summed, "aggregated readyReplicas 6")
     assert report["conditions"][0]["status"] == "True"
+    # `host` is a full cluster: its own Deployment controller owns the template's .status, so
+    # the sum stays in the annotation and tether never writes .status there.
+    template = await get(fleet, "host", "apps/v1", "Deployment", "web", "kdemo")
+    assert template is not None
+    assert "tether-propagation" not in {m.get("manager") for m in template["metadata"]["managedFields"]
+                                        if m.get("subresource") == "status"}
     assert {c["name"]: c["replicas"] for c in report["clusters"]} == {"cluster": 4,
                                                                        "cluster1": 2}
 

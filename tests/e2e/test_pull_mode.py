@@ -120,7 +120,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", str(s.kubeconfig),
                  "--context", "host", "--port", "0", "--tunnel-agent-port", "0",
                  "--tunnel-frontend-port", "0", "--tunnel-bind-address", "127.0.0.1",
-                 "--data-dir", str(main_dir / "hub"), "--health-period", "0.5",
+                 "--data-dir", str(main_dir), "--health-period", "0.5",
                  "--health-threshold", "1", "--health-grace", str(GRACE_S), "--resync", "5",
                  "-v"], stdout=log, stderr=subprocess.STDOUT)
         poll(lambda: "tunnel server: agents at" in s.hub_log.read_text(), what="the hub's tunnel")
@@ -173,6 +173,9 @@ def test_registered_cluster_is_pull_and_ready(registered: Setup) -> None:
     assert spec["apiEndpoint"] == member_server
     assert spec["proxyURL"].startswith("http://127.0.0.1:")
     assert status["kubernetesVersion"] and status["nodeSummary"]["totalNum"] >= 1
+    # Karmada's resourceSummary, as the agent reports it (dynamic replica division reads it)
+    assert set(status["resourceSummary"]) == {"allocatable", "allocated", "allocating"}
+    assert int(status["resourceSummary"]["allocatable"]["pods"]) >= 110
     pid = int((registered.agent_dir / "agent.pid").read_text())
     os.kill(pid, 0)
     assert (registered.agent_dir / "token").stat().st_mode & 0o077 == 0
@@ -299,12 +302,13 @@ def test_killed_agent_turns_unknown_then_ready_again(registered: Setup) -> None:
     poll(lambda: ready_status(registered) == "Unknown", timeout=GRACE_S + 10, what="Unknown")
     assert time.monotonic() - killed >= GRACE_S - 1.0
     cluster = run(_cluster(registered))
-    assert any(t["key"] == "cluster.tether.io/unreachable" for t in cluster["spec"].get("taints", []))
+    assert any(t["key"] == "cluster.karmada.io/unreachable" and t["effect"] == "NoSchedule"
+               for t in cluster["spec"].get("taints", []))
     out = ok(tether("agent", "start", "--cluster-name", NAME, "--data-dir",
                     str(registered.agents_dir)))
     assert "agent started" in out
     poll(lambda: ready_status(registered) == "True", what="Ready=True again")
-    poll(lambda: not any(t["key"] == "cluster.tether.io/unreachable"
+    poll(lambda: not any(t["key"] == "cluster.karmada.io/unreachable"
                          for t in run(_cluster(registered))["spec"].get("taints", [])),
          what="the unreachable taint removed")
 

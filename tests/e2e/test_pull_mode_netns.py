@@ -185,7 +185,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
                 [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig",
                  str(data_dir / "kubeconfig"), "--context", "hub", "--port", "0",
                  "--tunnel-agent-port", "0", "--tunnel-frontend-port", "0",
-                 "--tunnel-bind-address", "127.0.0.1", "--data-dir", str(base / "hub"),
+                 "--tunnel-bind-address", "127.0.0.1", "--data-dir", str(base),
                  "--proxy-port", "0", "--health-period", "1", "--health-threshold", "1",
                  "--resync", "5", "-v"],
                 stdout=log, stderr=subprocess.STDOUT)

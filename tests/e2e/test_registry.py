@@ -150,6 +150,7 @@ async def test_joined_clusters_become_ready(joined: Fleet) -> None:
             assert status["nodeSummary"]["totalNum"] >= 1
             assert status["nodeSummary"]["readyNum"] >= 1
             assert set(status["resourceSummary"]["allocatable"]) >= {"cpu", "memory", "pods"}
+            assert set(status["resourceSummary"]) == {"allocatable", "allocated", "allocating"}
             gvs = {e["groupVersion"] for e in status["apiEnablements"]}
             assert {"v1", "apps/v1"} <= gvs
             assert ready_of(cluster)["reason"] == "ClusterReady"

@@ -169,7 +169,7 @@ def hub_env(base: Path, *, pull: bool = True) -> Iterator[HubEnv]:
             env.processes.append(subprocess.Popen(
                 [sys.executable, "-m", "tether", "hub", "run", *config, "--context", "host",
                  "--port", "0", "--tunnel-agent-port", "0", "--tunnel-frontend-port", "0",
-                 "--tunnel-bind-address", "127.0.0.1", "--data-dir", str(base / "hub"),
+                 "--tunnel-bind-address", "127.0.0.1", "--data-dir", str(base),
                  "--proxy-port", "0", "--health-period", "1", "--health-threshold", "1",
                  "--resync", "5", "-v"], stdout=log, stderr=subprocess.STDOUT))
         env.proxy_url = poll(lambda: re.search(r"cluster proxy on (https://127\.0\.0\.1:\d+)",

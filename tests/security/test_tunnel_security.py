@@ -230,7 +230,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
                 [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", kubeconfig,
                  "--context", "hub", "--port", "0", "--tunnel-agent-port", "0",
                  "--tunnel-frontend-port", "0", "--tunnel-bind-address", "127.0.0.1",
-                 "--data-dir", str(base / "hub"), "--allowed-destinations",
+                 "--data-dir", str(base), "--allowed-destinations",
                  f"{HOST}:{echoes[2].port}", "-v"], stdout=out, stderr=subprocess.STDOUT))
         found = poll(lambda: re.search(r"agents at 127\.0\.0\.1:(\d+).*CONNECT http://127\.0\.0\.1:(\d+)",
                                        log.read_text()), what="the hub's tunnel")

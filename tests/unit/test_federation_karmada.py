@@ -144,7 +144,7 @@ def test_no_cluster_fit_and_not_enough_capacity() -> None:
     small = (ClusterInfo("a", available_replicas=2), ClusterInfo("b", available_replicas=1))
     plan = compile_template(NGINX, dynamic, [], small)
     assert plan.error_reason == "Unschedulable"
-    assert "max 3 replicas" in plan.error_message
+    assert plan.error_message.startswith("Clusters available replicas 3 are not enough to schedule.")
 
 
 def _pp(name: str, *selectors: dict[str, Any], priority: int | None = None,

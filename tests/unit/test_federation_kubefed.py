@@ -12,6 +12,7 @@ from tether.federation.kubefed import (
     federate,
     federated_type_names,
     kubefed_status,
+    within_namespace,
 )
 from tether.federation.model import ClusterFailure, ClusterInfo, WorkItem
 
@@ -164,12 +165,40 @@ def test_rsp_drives_replicas_and_clusters(
     assert [(f.cluster, f.reason) for f in plan.failures] == failures
 
 
-def test_rsp_then_overrides() -> None:
+def test_rsp_replicas_beat_a_replicas_override() -> None:
+    """KubeFed's RSP controller rewrites the `/spec/replicas` override of every scheduled
+    cluster: the seed's `replicas: 5` for `cluster` gives way, its other overrides apply."""
     rsp = {"spec": {"totalReplicas": 9, "clusters": {"cluster": {"weight": 1},
                                                      "cluster1": {"weight": 2}}}}
     plan = _compile(SEED_002, rsp=rsp)
-    # RSP gives 3/6, then the cluster override sets cluster's replicas to 5
-    assert {w.cluster: w.replicas for w in plan.works} == {"cluster": 5, "cluster1": 6}
+    assert {w.cluster: w.replicas for w in plan.works} == {"cluster": 3, "cluster1": 6}
+    by = {w.cluster: w.manifest for w in plan.works}
+    assert by["cluster"]["spec"]["replicas"] == 3
+    image = by["cluster"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "nginx:1.14.0-alpine"
+    assert sum(w.replicas or 0 for w in plan.works) == 9
+
+
+def test_rsp_replicas_override_removal_is_ignored_too() -> None:
+    fed = {**SEED_002, "spec": {**SEED_002["spec"], "overrides": [  # type: ignore[dict-item]
+        {"clusterName": "cluster", "clusterOverrides": [{"path": "/spec/replicas",
+                                                         "op": "remove"}]}]}}
+    plan = _compile(fed, rsp={"spec": {"totalReplicas": 4}})
+    assert {w.cluster: w.manifest["spec"]["replicas"] for w in plan.works} == {
+        "cluster": 2, "cluster1": 2}
+    assert plan.failures == ()
+
+
+@pytest.mark.parametrize("clusters", [None, {}])
+def test_rsp_without_clusters_weighs_every_cluster_alike(clusters: object) -> None:
+    spec: dict[str, object] = {"totalReplicas": 5}
+    if clusters is not None:
+        spec["clusters"] = clusters
+    fed = {**SEED_002, "spec": {**SEED_002["spec"], "overrides": []}}  # type: ignore[dict-item]
+    plan = _compile(fed, rsp={"spec": spec})
+    replicas = {w.cluster: w.replicas for w in plan.works}
+    assert sorted(replicas) == ["cluster", "cluster1"]
+    assert sorted(replicas.values()) == [2, 3]
 
 
 def test_rsp_intersect_with_placement() -> None:
@@ -261,3 +290,42 @@ def test_kubefed_status() -> None:
     assert kubefed_status(failed_plan, {})["conditions"] == [
         {"type": "Propagation", "status": "False", "reason": "NamespaceNotFederated",
          "message": "ns"}]
+
+
+def _fns(*names: str) -> dict[str, Any]:
+    return {"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedNamespace",
+            "metadata": {"name": "ns", "namespace": "ns"},
+            "spec": {"placement": {"clusters": [{"name": n} for n in names]}}}
+
+
+@pytest.mark.parametrize(
+    ("fns_clusters", "ready", "works", "failures"),
+    [
+        # the namespace left cluster1: its contents leave it too, without a failure
+        (("cluster",), {"cluster": True, "cluster1": True}, ["cluster"], []),
+        (("cluster", "cluster1"), {"cluster": True, "cluster1": True},
+         ["cluster", "cluster1"], []),
+        # a not-ready cluster the namespace is placed in is still reported
+        (("cluster", "cluster1"), {"cluster": True, "cluster1": False}, ["cluster"],
+         [("cluster1", "ClusterNotReady")]),
+        # ... one it is not placed in is not
+        (("cluster",), {"cluster": True, "cluster1": False}, ["cluster"], []),
+        # an unknown cluster named by the object stays reported
+        (("cluster", "cluster1", "gone"), {"cluster": True, "cluster1": True},
+         ["cluster", "cluster1"], [("gone", "ClusterNotFound")]),
+    ],
+)
+def test_within_namespace_leaves_clusters_out_without_failing(
+    fns_clusters: tuple[str, ...], ready: dict[str, bool], works: list[str],
+    failures: list[tuple[str, str]],
+) -> None:
+    extra = ("gone",) if "gone" in fns_clusters else ()
+    fed = {**SEED_002, "metadata": {"name": "web", "namespace": "ns"},
+           "spec": {**SEED_002["spec"], "overrides": [],  # type: ignore[dict-item]
+                    "placement": {"clusters": [{"name": n} for n in
+                                               ("cluster", "cluster1", *extra)]}}}
+    clusters = tuple(ClusterInfo(n, ready=r) for n, r in ready.items())
+    plan = within_namespace(_compile(fed, clusters), _fns(*fns_clusters), clusters)
+    assert [w.cluster for w in plan.works] == works
+    assert [(f.cluster, f.reason) for f in plan.failures] == failures
+    assert not plan.error_reason

@@ -104,7 +104,12 @@ def test_cluster_affinity(affinity: dict[str, Any], matches: set[str]) -> None:
             {"spreadByField": "region", "maxGroups": 2, "minGroups": 2},
             {"spreadByField": "cluster", "maxGroups": 3, "minGroups": 3},
         ]}, ("a", "b", "c")),
-        ({"spreadConstraints": [{"spreadByLabel": "env", "maxGroups": 2}]}, ("b", "c")),
+        # Karmada's group search stops at the first set of groups that meets minGroups (1 by
+        # default) and the cluster constraint's minGroups, preferring the highest score: here
+        # "prod" (two clusters) over "dev"; one cluster per group without a cluster constraint
+        ({"spreadConstraints": [{"spreadByLabel": "env", "maxGroups": 2}]}, ("c",)),
+        ({"spreadConstraints": [{"spreadByLabel": "env", "maxGroups": 2, "minGroups": 2},
+                                {"spreadByField": "cluster", "minGroups": 2}]}, ("a", "b", "c")),
         ({"spreadConstraints": [{"spreadByField": "provider", "maxGroups": 1}]}, ("c",)),
     ],
 )
@@ -120,7 +125,7 @@ def test_karmada_not_ready_is_a_taint_that_can_be_tolerated_in_either_spelling()
     assert decision.selected == ("a",)
     assert decision.failures == (
         ClusterFailure("d", "ClusterNotReady",
-                       "cluster had untolerated taint {cluster.tether.io/not-ready:NoSchedule}"),
+                       "cluster had untolerated taint {cluster.karmada.io/not-ready:NoSchedule}"),
     )
     for key in ("cluster.karmada.io/not-ready", "cluster.tether.io/not-ready"):
         tolerated = karmada_placement(
@@ -165,7 +170,7 @@ def test_karmada_no_cluster_fit_message() -> None:
     assert decision.message == (
         "0/4 clusters are available: "
         "1 cluster(s) did not have provider property, "
-        "1 cluster(s) had untolerated taint {cluster.tether.io/not-ready:NoSchedule}, "
+        "1 cluster(s) had untolerated taint {cluster.karmada.io/not-ready:NoSchedule}, "
         "2 cluster(s) did not match the placement cluster affinity constraint."
     )
     assert [(f.cluster, f.reason) for f in decision.failures] == [

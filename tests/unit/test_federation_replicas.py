@@ -27,8 +27,11 @@ def _clusters(**available: int | None) -> tuple[ClusterInfo, ...]:
     [
         (6, {"cluster": 2, "cluster1": 1}, {"cluster": 4, "cluster1": 2}),
         (9, {"a": 1, "b": 2}, {"a": 3, "b": 6}),
+        (9, {"a": 1, "b": 3}, {"a": 2, "b": 7}),
         (5, {"a": 1, "b": 1}, {"a": 3, "b": 2}),  # tie: name decides the spare replica
-        (3, {"a": 5, "b": 1, "c": 1}, {"a": 3, "b": 0, "c": 0}),  # not largest-remainder
+        # Webster: a gets the first seat (5/1), then a's 5/3 beats 1/1, then a's 5/5 ties with
+        # b's and c's 1/1 and the cluster with fewer replicas wins
+        (3, {"a": 5, "b": 1, "c": 1}, {"a": 2, "b": 1, "c": 0}),
         (7, {"a": 1, "b": 1, "c": 1}, {"a": 3, "b": 2, "c": 2}),
         (4, {"a": 1, "b": 0}, {"a": 4}),
         (0, {"a": 1}, {}),
@@ -67,12 +70,14 @@ def test_karmada_divide(scheduling: Any, total: int, expected: dict[str, int] | 
 
 
 def test_dynamic_weight_remainders_and_shortage() -> None:
-    # 10 over 6/12/18: floors 1,3,5 (sum 9); the spare goes to the most available cluster.
-    assert divide_by_available(10, _clusters(a=6, b=12, c=18)) == {"a": 1, "b": 3, "c": 6}
+    # 10 over 6/12/18 by Webster: quotas 1.67/3.33/5 round to 2/3/5
+    assert divide_by_available(10, _clusters(a=6, b=12, c=18)) == {"a": 2, "b": 3, "c": 5}
     with pytest.raises(ReplicaSchedulingError) as err:
         divide_by_available(40, _clusters(a=6, b=12, c=18))
+    assert err.value.reason == "Unschedulable"
     assert err.value.message == (
-        "clusters resources are not enough to schedule, max 36 replicas are support")
+        "Clusters available replicas 36 are not enough to schedule. "
+        "(40 wanted; free per cluster: a 6, b 12, c 18)")
     with pytest.raises(ReplicaSchedulingError):
         divide_by_available(1, _clusters(a=None))  # unknown capacity is no capacity
 

@@ -376,14 +376,16 @@ def build_kubeconfig(name: str, server: str, ca_pem: bytes, cert_pem: bytes, key
     }
 
 
-def default_kubeconfig_path(name: str, context: str) -> Path:
+def default_kubeconfig_path(name: str, context: str, state_dir: Path | None = None) -> Path:
+    """Where `tether kubeconfig NAME` writes by default: `kubeconfigs/` under tether's state root."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in context or "default")
-    return daemon.state_home() / "kubeconfigs" / f"{safe}--{name}.yaml"
+    return (state_dir or daemon.state_home()) / "kubeconfigs" / f"{safe}--{name}.yaml"
 
 
 async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None, *,
                            server: str = "", ttl: datetime.timedelta = CLIENT_TTL,
-                           user: str = "", groups: tuple[str, ...] = ()) -> Path:
+                           user: str = "", groups: tuple[str, ...] = (),
+                           state_dir: Path | None = None) -> Path:
     """A kubeconfig for cluster `name` through the hub's proxy, for whoever the host
     credentials are (or for `user` in `groups`, issued by an admin); returns its path (mode
     0600)."""
@@ -410,7 +412,7 @@ async def write_kubeconfig(host: KubeClient, name: str, out: Path | None = None,
         user, groups = await caller_identity(host)
     cert_pem, key_pem = pki.issue(user, organizations=groups, validity=ttl)
     doc = build_kubeconfig(name, server, pki.ca_cert_pem, cert_pem, key_pem)
-    path = out or default_kubeconfig_path(name, context)
+    path = out or default_kubeconfig_path(name, context, state_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

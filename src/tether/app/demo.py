@@ -1,12 +1,20 @@
-"""`tether demo`: KubeFed's quick-start flow on local clusters, and what to try next.
+"""`tether demo`: KubeFed's quick-start flow and a Karmada one on local clusters, and what to try next.
 
-1. Local clusters `hub` (the host), `cluster` and `cluster1` (members), in one data dir.
+1. Local clusters in one data dir: `hub`, an API-only hub like Karmada's control plane (it
+   stores templates and policies and runs no pods), and `cluster` and `cluster1`, full clusters
+   (the members).
 2. `tether hub install` on `hub`; `cluster` and `cluster1` joined in push mode (the registry
    functions, as `tether join` runs them).
 3. The hub's controllers run in this process for the demo's duration.
-4. The namespace, FederatedNamespace and FederatedDeployment applied on the host, then
+4. KubeFed: the namespace, FederatedNamespace and FederatedDeployment applied on the hub, then
    each member's result: `cluster` runs 5 replicas of nginx:1.14.0-alpine, `cluster1` 3 of
    nginx:1.17.
+5. Karmada: a plain Deployment of 6 replicas and a PropagationPolicy dividing them 2:1 applied on
+   the hub: `cluster` runs 4, `cluster1` 2, and the hub's own `kubectl get deploy` shows the sum,
+   6/6 ready, with no pod on the hub.
+6. Connect (`demo_connect`): a Service of `cluster` mirrored into `cluster1` by the hub's
+   `MirrorPolicy`, with the other cluster's pod addresses as endpoints, and asked over HTTP
+   through the mirror's ClusterIP.
 
 Every step is idempotent (server-side apply, join of a joined cluster), so running the demo
 again repairs or confirms the same state.
@@ -25,12 +33,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tether.app import demo_connect
 from tether.app.hub import Hub
 from tether.app.hubconfig import HubConfig
 from tether.federation import install, registry
 from tether.federation.health import HealthTimers
-from tether.kube import KubeClient, KubeError
-from tether.local import supervisor
+from tether.kube import KubeClient, KubeError, NotFound
+from tether.local import roles, supervisor
 from tether.objects import Obj
 
 HOST = "hub"
@@ -86,6 +95,34 @@ FEDERATED_DEPLOYMENT: Obj = {
 # What the seed says happens: cluster → 5 x nginx:1.14.0-alpine, cluster1 → 3 x nginx:1.17.
 EXPECTED: Mapping[str, tuple[int, str]] = {"cluster": (5, "nginx:1.14.0-alpine"), "cluster1": (3, "nginx:1.17")}
 
+# Karmada: a plain Deployment on the hub and a policy dividing its replicas by weight 2:1.
+KARMADA_NAMESPACE = "karmada-demo"
+KARMADA_DEPLOYMENT = "web"
+KARMADA_REPLICAS = 6
+KARMADA_WEIGHTS: Mapping[str, int] = {"cluster": 2, "cluster1": 1}
+KARMADA_EXPECTED: Mapping[str, int] = {"cluster": 4, "cluster1": 2}
+_WEB_LABELS = {"app": KARMADA_DEPLOYMENT}
+KARMADA_OBJECTS: tuple[Obj, ...] = (
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KARMADA_NAMESPACE}},
+    {"apiVersion": "apps/v1", "kind": "Deployment",
+     "metadata": {"name": KARMADA_DEPLOYMENT, "namespace": KARMADA_NAMESPACE, "labels": _WEB_LABELS},
+     "spec": {"replicas": KARMADA_REPLICAS, "selector": {"matchLabels": _WEB_LABELS},
+              "template": {"metadata": {"labels": _WEB_LABELS},
+                           "spec": {"containers": [{"name": "nginx", "image": "nginx:1.17"}]}}}},
+    {"apiVersion": "policy.karmada.io/v1alpha1", "kind": "PropagationPolicy",
+     "metadata": {"name": KARMADA_DEPLOYMENT, "namespace": KARMADA_NAMESPACE},
+     "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                     "name": KARMADA_DEPLOYMENT}],
+              "placement": {
+                  "clusterAffinity": {"clusterNames": list(MEMBERS)},
+                  "replicaScheduling": {
+                      "replicaSchedulingType": "Divided",
+                      "replicaDivisionPreference": "Weighted",
+                      "weightPreference": {"staticWeightList": [
+                          {"targetCluster": {"clusterNames": [name]}, "weight": weight}
+                          for name, weight in KARMADA_WEIGHTS.items()]}}}}},
+)
+
 
 class DemoError(Exception):
     """A demo step that failed, with what to do about it."""
@@ -132,6 +169,16 @@ async def running_hub(kubeconfig: Path) -> AsyncIterator[None]:
 # steps ---------------------------------------------------------------------------------------
 
 
+def demo_hubs(layout: supervisor.Layout) -> tuple[str, ...]:
+    """`hub` is API-only, unless an older demo made it a full cluster (kept data keeps its role;
+    the demo works on either, the hub then also runs the Karmada template's pods)."""
+    try:
+        roles.choose_role(layout.clusters / HOST, roles.HUB)
+    except roles.RoleError:
+        return ()
+    return (HOST,)
+
+
 def ensure_clusters(layout: supervisor.Layout, console: Console) -> dict[str, Any]:
     state = supervisor.read_state(layout)
     if state is not None:
@@ -141,7 +188,7 @@ def ensure_clusters(layout: supervisor.Layout, console: Console) -> dict[str, An
                             f"with `tether local down --data-dir {layout.root}` or pass another --data-dir")
         return state
     with console.status("starting local clusters " + ", ".join(DEMO_CLUSTERS)):
-        return supervisor.start_daemon(layout, list(DEMO_CLUSTERS))
+        return supervisor.start_daemon(layout, list(DEMO_CLUSTERS), hubs=demo_hubs(layout))
 
 
 async def install_hub(host: KubeClient) -> int:
@@ -201,6 +248,58 @@ async def wait_propagated(kubeconfig: Path, timeout_s: float = PROPAGATION_WAIT_
         await asyncio.sleep(0.5)
 
 
+async def apply_karmada(host: KubeClient) -> list[str]:
+    applied = []
+    for obj in KARMADA_OBJECTS:
+        out = await host.apply(obj, field_manager=FIELD_MANAGER)
+        applied.append(f"{obj['kind'].lower()}/{out['metadata']['name']}")
+    return applied
+
+
+@dataclass(frozen=True)
+class KarmadaResult:
+    hub_ready: int = 0  # the template's .status on the hub: the members' sum
+    hub_replicas: int = 0
+    hub_pods: int = 0  # pods the hub itself runs (none on an API-only hub)
+    members: Mapping[str, tuple[int, int]] | None = None  # cluster -> (replicas, ready)
+
+    @property
+    def ok(self) -> bool:
+        members = self.members or {}
+        return (self.hub_ready == self.hub_replicas == KARMADA_REPLICAS
+                and all(members.get(c) == (n, n) for c, n in KARMADA_EXPECTED.items()))
+
+
+async def karmada_result(host: KubeClient, kubeconfig: Path) -> KarmadaResult:
+    try:
+        template = await host.get("apps/v1", "Deployment", KARMADA_DEPLOYMENT, KARMADA_NAMESPACE)
+    except NotFound:
+        return KarmadaResult()
+    status = template.get("status") or {}
+    pods = await host.list_objects("v1", "Pod", KARMADA_NAMESPACE)
+    members = {}
+    for cluster in MEMBERS:
+        async with KubeClient.from_kubeconfig(kubeconfig, cluster) as member:
+            try:
+                deploy = await member.get("apps/v1", "Deployment", KARMADA_DEPLOYMENT, KARMADA_NAMESPACE)
+            except NotFound:
+                continue
+        members[cluster] = (int((deploy.get("spec") or {}).get("replicas") or 0),
+                            int((deploy.get("status") or {}).get("readyReplicas") or 0))
+    return KarmadaResult(int(status.get("readyReplicas") or 0), int(status.get("replicas") or 0),
+                         len(pods), members)
+
+
+async def wait_karmada(host: KubeClient, kubeconfig: Path,
+                       timeout_s: float = PROPAGATION_WAIT_S) -> KarmadaResult:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = await karmada_result(host, kubeconfig)
+        if result.ok or time.monotonic() >= deadline:
+            return result
+        await asyncio.sleep(0.5)
+
+
 async def federated_status(host: KubeClient) -> Obj:
     try:
         return await host.get("types.kubefed.io/v1beta1", "FederatedDeployment", DEPLOYMENT, NAMESPACE)
@@ -242,15 +341,74 @@ def results_table(results: Sequence[MemberResult]) -> Table:
     return table
 
 
+def print_kubefed_verdict(console: Console, results: Sequence[MemberResult]) -> None:
+    if all(r.matches(EXPECTED[r.cluster]) for r in results):
+        console.print("[green]as expected[/green]: cluster runs 5 x nginx:1.14.0-alpine, "
+                      "cluster1 3 x nginx:1.17 (the override's add-then-remove leaves no foo annotation)")
+    else:
+        console.print(f"[red]propagation did not finish within {PROPAGATION_WAIT_S:.0f}s[/red]: "
+                      f"`tether status federateddeployment/{DEPLOYMENT} -n {NAMESPACE}` says why")
+
+
+def karmada_table(result: KarmadaResult) -> Table:
+    table = Table("cluster", "ready", "as expected",
+                  title=f"{KARMADA_NAMESPACE}/{KARMADA_DEPLOYMENT}: {KARMADA_REPLICAS} replicas divided 2:1")
+    hub_note = ("the members' sum" if result.hub_pods == 0
+                else f"this hub is a full cluster: it runs {result.hub_pods} pods itself")
+    hub_ok = result.hub_ready == result.hub_replicas == KARMADA_REPLICAS
+    table.add_row(f"{HOST} (template)", f"{result.hub_ready}/{result.hub_replicas} ready, {hub_note}",
+                  "[green]yes[/green]" if hub_ok else f"wants {KARMADA_REPLICAS}/{KARMADA_REPLICAS}")
+    for cluster, wanted in KARMADA_EXPECTED.items():
+        replicas, ready = (result.members or {}).get(cluster, (0, 0))
+        good = (replicas, ready) == (wanted, wanted)
+        table.add_row(cluster, f"{ready}/{replicas} ready",
+                      "[green]yes[/green]" if good else f"wants {wanted}/{wanted}")
+    return table
+
+
+def print_connect(console: Console, result: demo_connect.ConnectResult) -> None:
+    where = f"{demo_connect.MIRROR_NAMESPACE}/{demo_connect.MIRROR}"
+    if not result.cluster_ip:
+        console.print(f"[red]no mirror {where} in cluster1 within {PROPAGATION_WAIT_S:.0f}s[/red]: "
+                      "`kubectl --context hub get mirrorpolicy demo -o yaml` says why")
+        return
+    console.print(f"cluster1 has Service {where} (ClusterIP {result.cluster_ip}); its endpoints "
+                  f"{', '.join(result.endpoints) or 'none'} are the pods of cluster's Service "
+                  f"{demo_connect.NAMESPACE}/{demo_connect.SERVICE} "
+                  f"({', '.join(result.source_ips) or 'none ready'})")
+    if result.ok:
+        console.print(f"[green]as expected[/green]: http://{result.cluster_ip}:{demo_connect.PORT}/ "
+                      f"in cluster1 is answered by a pod of cluster: {result.answer}")
+    else:
+        console.print(f"[red]the mirror did not answer within {PROPAGATION_WAIT_S:.0f}s[/red]")
+
+
+def cluster_words(state: Mapping[str, Any]) -> str:
+    words = []
+    for entry in state.get("clusters") or []:
+        name = str(entry.get("name"))
+        if entry.get("role") == roles.HUB:
+            words.append(f"{name} (the hub: an API server only, like Karmada's control plane; "
+                         "it keeps what you apply and runs no pods)")
+        else:
+            words.append(name)
+    return ", ".join(words)
+
+
 def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> list[str]:
     lines = [
         f"export KUBECONFIG={layout.kubeconfig}",
         "kubectl config get-contexts                # hub, cluster, cluster1",
-        "tether clusters --host-context hub",
-        f"tether get deployments -n {NAMESPACE} --host-context hub -o wide",
-        f"tether describe deployment/{DEPLOYMENT} -n {NAMESPACE} --host-context hub -C cluster",
+        "tether clusters --context hub",
+        f"tether get deployments -n {NAMESPACE} --context hub -o wide",
+        f"tether describe deployment/{DEPLOYMENT} -n {NAMESPACE} --context hub -C cluster",
         f"kubectl --context hub -n {NAMESPACE} get federateddeployment {DEPLOYMENT} -o yaml",
         f"kubectl --context cluster1 -n {NAMESPACE} get deploy,pods",
+        f"kubectl --context hub -n {KARMADA_NAMESPACE} get deploy,pods   # 6/6 ready: the members' sum; "
+        "no pods",
+        f"tether status deployment/{KARMADA_DEPLOYMENT} -n {KARMADA_NAMESPACE} --context hub",
+        f"kubectl --context cluster1 -n {demo_connect.MIRROR_NAMESPACE} get svc,endpointslices"
+        "   # the mirror of cluster's hello",
     ]
     if propagated:
         lines.append("tether hub run --context hub   # keep propagating after the demo exits")
@@ -262,7 +420,8 @@ def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> l
 # run -----------------------------------------------------------------------------------------
 
 
-async def _demo(layout: supervisor.Layout, console: Console) -> tuple[list[MemberResult], bool]:
+async def _demo(layout: supervisor.Layout, console: Console
+                ) -> tuple[list[MemberResult], KarmadaResult, demo_connect.ConnectResult, bool]:
     kubeconfig = layout.kubeconfig
     async with KubeClient.from_kubeconfig(kubeconfig, HOST) as host:
         with console.status("installing the hub on `hub`"):
@@ -278,11 +437,33 @@ async def _demo(layout: supervisor.Layout, console: Console) -> tuple[list[Membe
             with console.status("waiting for each member to run its deployment"):
                 results = await wait_propagated(kubeconfig)
             status = await federated_status(host)
-    conditions = (status.get("status") or {}).get("conditions") or []
-    for condition in conditions:
-        console.print(f"FederatedDeployment {condition.get('type')}: {condition.get('status')} "
-                      f"{condition.get('reason') or ''}".rstrip())
-    return results, True
+            conditions = (status.get("status") or {}).get("conditions") or []
+            for condition in conditions:
+                console.print(f"FederatedDeployment {condition.get('type')}: {condition.get('status')} "
+                              f"{condition.get('reason') or ''}".rstrip())
+            console.print(results_table(results))
+            print_kubefed_verdict(console, results)
+            applied = await apply_karmada(host)
+            console.print("applied on the hub (Karmada manifests): " + ", ".join(applied))
+            with console.status("waiting for the members to run 4 + 2 replicas, and the hub to show their sum"):
+                karmada = await wait_karmada(host, kubeconfig)
+            console.print(karmada_table(karmada))
+            if karmada.ok:
+                console.print("[green]as expected[/green]: the hub keeps the Deployment as a template, "
+                              "cluster runs 4 replicas, cluster1 2, and the hub's `kubectl get deploy` "
+                              "shows their sum")
+            else:
+                console.print(f"[red]the Karmada deployment did not finish within "
+                              f"{PROPAGATION_WAIT_S:.0f}s[/red]: `tether status deployment/"
+                              f"{KARMADA_DEPLOYMENT} -n {KARMADA_NAMESPACE}` says why")
+            applied = await demo_connect.apply_connect(host, kubeconfig)
+            console.print("Connect: a Service in cluster, mirrored into cluster1 by the hub: "
+                          + ", ".join(applied))
+            with console.status(f"waiting for {demo_connect.MIRROR} in cluster1 to point at "
+                                "cluster's pods"):
+                connect = await demo_connect.wait_connect(kubeconfig, PROPAGATION_WAIT_S)
+            print_connect(console, connect)
+    return results, karmada, connect, True
 
 
 def run(data_dir: Path, console: Console) -> int:
@@ -292,25 +473,16 @@ def run(data_dir: Path, console: Console) -> int:
     except (DemoError, supervisor.LocalError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
-    console.print(f"[green]local clusters running[/green]: "
-                  f"{', '.join(str(c['name']) for c in state['clusters'])} (data in {data_dir})")
+    console.print(f"[green]local clusters running[/green]: {cluster_words(state)} (data in {data_dir})")
     try:
-        results, propagated = asyncio.run(_demo(layout, console))
+        results, karmada, connect, propagated = asyncio.run(_demo(layout, console))
     except (KubeError, registry.RegistryError, TimeoutError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         console.print(f"the demo is safe to run again; logs: {layout.log}")
         return 1
-    console.print(results_table(results))
-    if propagated:
-        ok = all(r.matches(EXPECTED[r.cluster]) for r in results)
-        if ok:
-            console.print("[green]as expected[/green]: cluster runs 5 x nginx:1.14.0-alpine, "
-                          "cluster1 3 x nginx:1.17 (the override's add-then-remove leaves no foo annotation)")
-        else:
-            console.print(f"[red]propagation did not finish within {PROPAGATION_WAIT_S:.0f}s[/red]: "
-                          f"`tether status federateddeployment/{DEPLOYMENT} -n {NAMESPACE}` says why")
+    kubefed_ok = all(r.matches(EXPECTED[r.cluster]) for r in results)
     console.print("\nTry it:")
     for line in next_steps(layout, data_dir, propagated):
         console.print(f"  {line}", soft_wrap=True, highlight=False)
     console.print(f"Stop with: tether local down --data-dir {data_dir}", soft_wrap=True, highlight=False)
-    return 0 if not propagated or all(r.matches(EXPECTED[r.cluster]) for r in results) else 1
+    return 0 if not propagated or (kubefed_ok and karmada.ok and connect.ok) else 1

@@ -1,10 +1,13 @@
 """`tether hub run`: every hub controller in one process, under one TaskGroup.
 
 Parts: the shared host informers (Clusters, Works), the cluster health controller, the KubeFed
-and Karmada sync controllers, the push-mode Work executor, the registry controller (decides pull
-members' registration requests), with `clusterset` set the MCS controller (`hub_mcs`:
-ServiceExports in members become ServiceImports in all), KubeFed's multi-cluster DNS
-(`hub_kubefeddns`: ServiceDNSRecords and IngressDNSRecords become DNSEndpoints), and a small HTTP server on 127.0.0.1
+and Karmada sync controllers, Karmada's ClusterTaintPolicy and WorkloadRebalancer controllers
+(failover itself is part of the Karmada sync, off unless `failover.enabled`), the push-mode Work
+executor, the registry controller (decides pull members' registration requests), the service
+mirror between members (`MirrorPolicy`, `hub_mirror`), the KubeFedCluster views of the Clusters,
+with `clusterset` set the MCS controller (`hub_mcs`: ServiceExports in members become
+ServiceImports in all), KubeFed's multi-cluster DNS (`hub_kubefeddns`: ServiceDNSRecords and
+IngressDNSRecords become DNSEndpoints), and a small HTTP server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -25,12 +28,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
-from tether.app import hub_kubefeddns, hub_mcs
+from tether.app import hub_kubefeddns, hub_mcs, hub_mirror
 from tether.app.gcpacing import GcPacing
 from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
 from tether.federation.execution import WorkExecutor
+from tether.federation.failover_controllers import (
+    ClusterTaintPolicyController,
+    WorkloadRebalancerController,
+)
 from tether.federation.health import build_health_controller
+from tether.federation.kubefedcluster import KubeFedClusterViews
 from tether.federation.metrics import HubMetrics
 from tether.federation.propagation import (
     HubInformers,
@@ -39,6 +47,7 @@ from tether.federation.propagation import (
     cluster_info,
 )
 from tether.federation.registrations import RegistrationController
+from tether.federation.template_status import TemplateStatusTarget
 from tether.kube import KubeClient
 from tether.net.httpserver import HttpServer, Request, Response
 
@@ -57,9 +66,16 @@ class Hub:
         self.shared = HubInformers(host)
         self.health = build_health_controller(host, timers=config.health)
         self.kubefed = KubeFedController(host, self.shared, self.metrics, resync_s=config.resync_s)
-        self.karmada = KarmadaController(host, self.shared, self.metrics, resync_s=config.resync_s)
+        self.karmada = KarmadaController(
+            host, self.shared, self.metrics, resync_s=config.resync_s, failover=config.failover,
+            status_target=TemplateStatusTarget(host, config.template_status))
+        self.taint_policies = ClusterTaintPolicyController(host, self.shared)
+        self.rebalancers = WorkloadRebalancerController(host, self.karmada)
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)
         self.registrations = RegistrationController(host)
+        self.mirror = hub_mirror.build(self)  # MirrorPolicy: Services mirrored between members
+        self.kubefed_clusters = KubeFedClusterViews(host)
+        self.shared.cluster_handlers.append(self.kubefed_clusters.on_cluster)
         self.mcs = hub_mcs.build(self, config.clusterset) if config.clusterset else None  # the MCS API
         self.kubefed_dns = hub_kubefeddns.build(self)  # ServiceDNSRecord/IngressDNSRecord -> DNSEndpoint
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
@@ -78,7 +94,8 @@ class Hub:
 
     @property
     def ready(self) -> bool:
-        return self.shared.synced and self.kubefed.synced and self.karmada.synced
+        return (self.shared.synced and self.kubefed.synced and self.karmada.synced
+                and self.taint_policies.synced and self.rebalancers.synced)
 
     async def handle(self, request: Request) -> Response:
         if request.method != "GET":
@@ -115,8 +132,12 @@ class Hub:
                 group.create_task(self.health.run())
                 group.create_task(self.kubefed.run())
                 group.create_task(self.karmada.run())
+                group.create_task(self.taint_policies.run())
+                group.create_task(self.rebalancers.run())
                 group.create_task(self.executor.run())
                 group.create_task(self.registrations.run())
+                group.create_task(self.mirror.run())
+                group.create_task(self.kubefed_clusters.run())
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())

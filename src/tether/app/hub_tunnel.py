@@ -202,7 +202,7 @@ class HubTunnel:
         host, _ = _split(c.tunnel_advertise or "127.0.0.1", c.tunnel_agent_port)
         certs = self._certs(host)
         agent_dir = certs / "agent"
-        base = (self.config.data_dir or Path.home() / ".local" / "share" / "tether" / "hub")
+        base = (self.config.data_dir or daemon.state_home() / "hub")
         self._key = load_or_create_key(base / "tunnel" / KEY_FILE)
         config = ServerConfig(
             mode="http-connect", uds_name=self._uds, server_port=0,

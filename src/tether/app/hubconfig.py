@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.federation.failover import FailoverSettings
 from tether.federation.health import HealthTimers
 
 SHUTDOWN_S = 5.0
@@ -28,4 +29,8 @@ class HubConfig:
     tunnel_allowed_destinations: tuple[str, ...] = ()
     data_dir: Path | None = None
     proxy_port: int | None = None  # the cluster proxy (clusters/{name}/proxy); None: not served
+    failover: FailoverSettings = field(default_factory=FailoverSettings)  # Karmada failover
+    # Where Karmada templates' summed member status goes (federation.template_status): auto,
+    # status or annotation
+    template_status: str = "auto"
     clusterset: str | None = None  # run the MCS controller for this clusterset; None: not run

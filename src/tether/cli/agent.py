@@ -10,6 +10,19 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tether.cli.options import (
+    DataDir,
+    HubContext,
+    HubContextAlias,
+    HubKubeconfig,
+    HubKubeconfigAlias,
+    MemberContext,
+    MemberContextAlias,
+    MemberKubeconfig,
+    MemberKubeconfigAlias,
+    pick,
+    state_root,
+)
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
 
@@ -18,9 +31,6 @@ app = typer.Typer(help="The pull-mode agent that runs next to a member cluster."
                   no_args_is_help=True)
 token_app = typer.Typer(help="Bootstrap tokens for `tether register`.", no_args_is_help=True)
 console = Console(soft_wrap=True, stderr=True)
-
-DataDir = Annotated[Path | None, Opt("--data-dir", help="Where agents keep their files "
-                                     "[default: ~/.local/share/tether]")]
 
 
 def _duration(text: str) -> float:
@@ -36,9 +46,7 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _data_dir(data_dir: Path | None) -> Path:
-    from tether.app.agent import default_data_dir
-
-    return (data_dir or default_data_dir()).expanduser().resolve()
+    return state_root(data_dir)
 
 
 @token_app.command("create")
@@ -46,12 +54,14 @@ def token_create(
     ttl: Annotated[str, Opt("--ttl", help="Lifetime (s, m, h, d)")] = "24h",
     print_register_command: Annotated[bool, Opt("--print-register-command",
                                                 help="Print the full `tether register` command")] = False,
-    host_context: Annotated[str | None, Opt("--host-context", help="Hub context [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, Opt("--kubeconfig", help="Hub kubeconfig")] = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
     hub_address: Annotated[str | None, Opt("--hub-address", help="The hub API address as members "
                                            "reach it [default: the kubeconfig's server]")] = None,
     cluster_name: Annotated[str, Opt("--cluster-name", help="The one cluster this token may "
                                      "register")] = "",
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """Create a bootstrap token on the hub that may register one cluster, until --ttl ends.
 
@@ -62,11 +72,13 @@ def token_create(
     from tether.federation import bootstrap
 
     ttl_s = _duration(ttl)
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     if not cluster_name:
         raise _fail("--cluster-name is required: a token registers one named cluster")
 
     async def run() -> None:
-        async with KubeClient.from_kubeconfig(kubeconfig, host_context) as host:
+        async with KubeClient.from_kubeconfig(kubeconfig, context) as host:
             token = await bootstrap.create_token(host, cluster_name, ttl_s)
             ca_hash = bootstrap.ca_cert_hash(host.credentials.ca_pem or b"")
             address = hub_address or host.credentials.server
@@ -85,14 +97,19 @@ def token_create(
 @token_app.command("delete")
 def token_delete(
     token_id: Annotated[str, typer.Argument(help="The 6-character id (before the '.')")],
-    host_context: Annotated[str | None, Opt("--host-context")] = None,
-    kubeconfig: Annotated[Path | None, Opt("--kubeconfig")] = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """Revoke a bootstrap token."""
     from tether.federation import bootstrap
 
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
+
     async def run() -> bool:
-        async with KubeClient.from_kubeconfig(kubeconfig, host_context) as host:
+        async with KubeClient.from_kubeconfig(kubeconfig, context) as host:
             return await bootstrap.delete_token(host, token_id.partition(".")[0])
 
     try:
@@ -107,8 +124,8 @@ def register_command(
     token: Annotated[str, Opt("--token", help="From `tether token create`")],
     ca_cert_hash: Annotated[str, Opt("--ca-cert-hash", help="sha256:<hex> of the hub CA's public key")],
     cluster_name: Annotated[str, Opt("--cluster-name", help="This member's name on the hub")],
-    kubeconfig: Annotated[Path | None, Opt("--kubeconfig", help="The member's kubeconfig")] = None,
-    context: Annotated[str | None, Opt("--context", help="The member's context")] = None,
+    kubeconfig: MemberKubeconfig = None,
+    context: MemberContext = None,
     tunnel_server: Annotated[str, Opt("--tunnel-server", help="HOST:PORT of the hub's tunnel agent "
                                       "port as this member reaches it [default: what the hub "
                                       "publishes]")] = "",
@@ -116,10 +133,15 @@ def register_command(
     data_dir: DataDir = None,
     no_start: Annotated[bool, Opt("--no-start", help="Register only; do not start the agent")] = False,
     period: Annotated[float, Opt("--period", help="Seconds between heartbeats")] = 10.0,
+    context_alias: MemberContextAlias = None,
+    kubeconfig_alias: MemberKubeconfigAlias = None,
 ) -> None:
     """Register this member with a hub in pull mode and start its agent in the background."""
     from tether.app import agent as agent_app
     from tether.federation import bootstrap
+
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
 
     async def run() -> bootstrap.Registration:
         # the pin is checked before the token is sent anywhere; from then on only to that CA
@@ -172,10 +194,14 @@ def run_cmd(
     agent_dir: Annotated[Path | None, Opt("--agent-dir", help="The agent's files "
                                           "[default: DATA_DIR/agents/NAME]")] = None,
     hub: Annotated[str, Opt("--hub", help="Override the hub API address")] = "",
-    member_kubeconfig: Annotated[Path | None, Opt("--member-kubeconfig")] = None,
-    member_context: Annotated[str | None, Opt("--member-context")] = None,
+    kubeconfig: Annotated[Path | None, Opt("--kubeconfig", help="The member's kubeconfig [default: "
+                                           "what `tether register` recorded]")] = None,
+    context: Annotated[str | None, Opt("--context", help="The member's context [default: what "
+                                       "`tether register` recorded]")] = None,
     tunnel_server: Annotated[str, Opt("--tunnel-server", help="Override the tunnel address")] = "",
     verbose: Annotated[bool, Opt("--verbose", "-v")] = False,
+    context_alias: MemberContextAlias = None,
+    kubeconfig_alias: MemberKubeconfigAlias = None,
 ) -> None:
     """Run the agent in the foreground: heartbeats and Lease, Works, the tunnel."""
     import dataclasses
@@ -185,6 +211,8 @@ def run_cmd(
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    member_context = pick(context, context_alias, "--context")
+    member_kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     directory = agent_dir or agent_app.agent_dir(_data_dir(data_dir), cluster_name)
     try:
         files = agent_app.read_files(directory)

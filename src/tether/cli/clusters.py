@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from tether.cli.options import (
+    ClusterKubeconfig,
+    HostContext,
+    HostContextAlias,
+    HostKubeconfig,
+    HostKubeconfigAlias,
+    HubContext,
+    HubContextAlias,
+    HubKubeconfig,
+    HubKubeconfigAlias,
+    pick,
+)
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
-HostContext = Annotated[str | None, typer.Option("--host-context", help="Hub cluster context [default: current]")]
-HostKubeconfig = Annotated[Path | None, typer.Option(
-    "--host-kubeconfig", "--kubeconfig", help="Hub kubeconfig [default: $KUBECONFIG or ~/.kube/config]")]
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -38,11 +46,13 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 def join(
     name: Annotated[str, typer.Argument(help="The name the member gets in the hub")],
-    cluster_context: Annotated[str, typer.Option("--cluster-context", help="Member cluster context")],
-    cluster_kubeconfig: Annotated[Path | None, typer.Option(
-        "--cluster-kubeconfig", help="Member kubeconfig [default: the hub's]")] = None,
+    cluster_context: Annotated[str, typer.Option("--cluster-context", help="The member's context in "
+                                                 "the kubeconfig")],
+    cluster_kubeconfig: ClusterKubeconfig = None,
     host_context: HostContext = None,
     host_kubeconfig: HostKubeconfig = None,
+    host_context_alias: HostContextAlias = None,
+    host_kubeconfig_alias: HostKubeconfigAlias = None,
     region: Annotated[str, typer.Option("--region", help="[default: from node labels]")] = "",
     zone: Annotated[list[str] | None, typer.Option("--zone", help="Zone (repeat) [default: from node labels]")] = None,
     provider: Annotated[str, typer.Option("--provider")] = "",
@@ -52,6 +62,8 @@ def join(
     """Register a member in push mode (a ServiceAccount in the member, its token on the hub)."""
     from tether.federation import registry
 
+    host_context = pick(host_context, host_context_alias, "--host-context")
+    host_kubeconfig = pick(host_kubeconfig, host_kubeconfig_alias, "--host-kubeconfig")
     options = registry.JoinOptions(name=name, region=region, zones=tuple(zone or ()), provider=provider,
                                    labels=_labels(list(label or [])), token_wait_s=timeout_s)
 
@@ -77,8 +89,11 @@ def unjoin(
     host_context: HostContext = None,
     host_kubeconfig: HostKubeconfig = None,
     cluster_context: Annotated[str | None, typer.Option(
-        "--cluster-context", help="Member context [default: the credentials stored at join]")] = None,
-    cluster_kubeconfig: Annotated[Path | None, typer.Option("--cluster-kubeconfig")] = None,
+        "--cluster-context", help="The member's context in the kubeconfig [default: the credentials "
+                                  "stored at join]")] = None,
+    cluster_kubeconfig: ClusterKubeconfig = None,
+    host_context_alias: HostContextAlias = None,
+    host_kubeconfig_alias: HostKubeconfigAlias = None,
     keep_resources: Annotated[bool, typer.Option(
         "--keep-resources", help="Leave what tether propagated to the member in place")] = False,
     force: Annotated[bool, typer.Option(
@@ -86,6 +101,9 @@ def unjoin(
 ) -> None:
     """Remove a member: propagated objects, its ServiceAccount/RBAC/Secrets, the hub's Cluster."""
     from tether.federation import registry
+
+    host_context = pick(host_context, host_context_alias, "--host-context")
+    host_kubeconfig = pick(host_kubeconfig, host_kubeconfig_alias, "--host-kubeconfig")
 
     async def run() -> registry.UnjoinResult:
         async with KubeClient.from_kubeconfig(host_kubeconfig, host_context) as host:
@@ -140,18 +158,23 @@ def cluster_row(cluster: dict[str, Any], now: dt.datetime, wide: bool) -> list[s
 
 
 def clusters(
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
     output: Annotated[str, typer.Option("--output", "-o", help="'wide' adds endpoint, region, zones")] = "",
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """List member clusters: NAME MODE READY VERSION AGE."""
     from tether.federation import registry
+
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
 
     if output not in ("", "wide"):
         raise typer.BadParameter("only -o wide is supported", param_hint="--output")
 
     async def run() -> list[dict[str, Any]]:
-        async with KubeClient.from_kubeconfig(host_kubeconfig, host_context) as host:
+        async with KubeClient.from_kubeconfig(kubeconfig, context) as host:
             return await registry.list_clusters(host)
 
     try:

@@ -9,16 +9,16 @@ from typing import Annotated
 
 import typer
 
+from tether.cli.options import Context, Kubeconfig
+
 
 def register(app: typer.Typer) -> None:
     app.command(name="dns")(dns)
 
 
 def dns(
-    context: Annotated[str | None, typer.Option("--context", help="Cluster whose Services and imports are "
-                                                "answered [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="[default: $KUBECONFIG or "
-                                                    "~/.kube/config]")] = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
     in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's ServiceAccount")] = False,
     listen: Annotated[str, typer.Option("--listen", help="HOST:PORT for UDP and TCP (port 0 picks one)")]
         = "127.0.0.1:5353",

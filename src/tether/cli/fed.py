@@ -11,6 +11,7 @@ from typing import Annotated, TypeVar
 import typer
 from rich.console import Console
 
+from tether.cli.options import HubContext, HubContextAlias, HubKubeconfig, HubKubeconfigAlias, pick
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
 
@@ -18,10 +19,6 @@ console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 
-HostContext = Annotated[str | None, typer.Option("--host-context", "--host-cluster-context",
-                                                 help="Hub cluster context [default: current]")]
-HostKubeconfig = Annotated[Path | None, typer.Option(
-    "--host-kubeconfig", "--kubeconfig", help="Hub kubeconfig [default: $KUBECONFIG or ~/.kube/config]")]
 Namespace = Annotated[str | None, typer.Option("--namespace", "-n",
                                                help="Namespace [default: the context's, else default]")]
 Clusters = Annotated[str, typer.Option("--clusters", "-C", help="Members to query, comma-separated "
@@ -33,15 +30,18 @@ def _fail(message: object) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _run(host_kubeconfig: Path | None, host_context: str | None,
-         body: Callable[[KubeClient], Awaitable[T]]) -> T:
+def _run(kubeconfig: Path | None, context: str | None, context_alias: str | None,
+         kubeconfig_alias: Path | None, body: Callable[[KubeClient], Awaitable[T]]) -> T:
     """Run `body` with a client for the hub; known errors become a red message and exit 1."""
     from tether.federation.federating import FederateError
     from tether.federation.multiget import MultiGetError
     from tether.federation.typeconfig import FederationTypeError
 
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
+
     async def main() -> T:
-        async with KubeClient.from_kubeconfig(host_kubeconfig, host_context) as host:
+        async with KubeClient.from_kubeconfig(kubeconfig, context) as host:
             return await body(host)
 
     try:
@@ -49,7 +49,7 @@ def _run(host_kubeconfig: Path | None, host_context: str | None,
     except (FederationTypeError, FederateError, MultiGetError, KubeconfigError, TimeoutError) as exc:
         raise _fail(exc) from None
     except KubeError as exc:
-        hint = " (is the host cluster running? check --host-context)" if exc.code == 0 else ""
+        hint = " (is the host cluster running? check --context)" if exc.code == 0 else ""
         raise _fail(f"{exc}{hint}") from None
 
 
@@ -61,8 +61,10 @@ def _check_output(output: str, allowed: tuple[str, ...]) -> None:
 def enable(
     type_name: Annotated[str, typer.Argument(metavar="TYPE", help="deployments.apps, deployment, Deployment, "
                                              "deploy, or a CRD type")],
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     federated_group: Annotated[str, typer.Option("--federated-group",
                                                  help="API group of the Federated<Kind> type")] = "types.kubefed.io",
     output: Annotated[str, typer.Option("--output", "-o", help="'yaml': print the FederatedTypeConfig "
@@ -81,7 +83,7 @@ def enable(
         await typeconfig.enable(host, objects, report=typer.echo)
         return ""
 
-    text = _run(host_kubeconfig, host_context, body)
+    text = _run(kubeconfig, context, context_alias, kubeconfig_alias, body)
     if text:
         sys.stdout.write(text)
 
@@ -89,8 +91,10 @@ def enable(
 def disable(
     type_name: Annotated[str, typer.Argument(metavar="TYPE", help="The FederatedTypeConfig's name "
                                              "(deployments.apps) or any name of the type")],
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     delete_crd: Annotated[bool, typer.Option("--delete-crd", help="Also delete the Federated<Kind> CRD "
                                              "and the FederatedTypeConfig")] = False,
 ) -> None:
@@ -100,7 +104,7 @@ def disable(
     async def body(host: KubeClient) -> None:
         await typeconfig.disable(host, type_name, delete_crd=delete_crd, report=typer.echo)
 
-    _run(host_kubeconfig, host_context, body)
+    _run(kubeconfig, context, context_alias, kubeconfig_alias, body)
 
 
 def _split_ref(ref: str, name: str | None) -> tuple[str, str]:
@@ -118,8 +122,10 @@ def federate(
                                               "(or KIND NAME)")] = None,
     name_arg: Annotated[str | None, typer.Argument(metavar="[NAME]", show_default=False)] = None,
     namespace: Namespace = None,
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     contents: Annotated[bool, typer.Option("--contents", "-c", help="Namespaces only: also federate the "
                                            "objects of enabled types in it")] = False,
     enable_type: Annotated[bool, typer.Option("--enable-type", "-e", help="Enable the type first if it "
@@ -180,9 +186,14 @@ def federate(
         for item in items:
             outcome = await federating.create(host, item)
             typer.echo(f"{item.ref} {outcome} (from {item.source_ref})")
+        for unplaced in await federating.unfederated_namespaces(host, items):
+            err_console.print(
+                f"[yellow]warning:[/yellow] namespace {unplaced!r} is not federated, so this "
+                f"propagates to no cluster until it is: `tether federate namespace/{unplaced}` "
+                f"(add --contents to federate what it holds too)", highlight=False)
         return ""
 
-    text = _run(host_kubeconfig, host_context, body)
+    text = _run(kubeconfig, context, context_alias, kubeconfig_alias, body)
     if text:
         sys.stdout.write(text)
 
@@ -201,8 +212,10 @@ def get(
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
     clusters: Clusters = "",
     selector: Annotated[str, typer.Option("--selector", "-l", help="Label selector")] = "",
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     output: Annotated[str, typer.Option("--output", "-o", help="wide | yaml | json")] = "",
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each member")] = 5.0,
 ) -> None:
@@ -223,7 +236,7 @@ def get(
         finally:
             await members.aclose()
 
-    results = _run(host_kubeconfig, host_context, body)
+    results = _run(kubeconfig, context, context_alias, kubeconfig_alias, body)
     if not results:
         err_console.print("No clusters joined (`tether join NAME --cluster-context C`).")
         raise typer.Exit(1)
@@ -247,8 +260,10 @@ def describe(
     name_arg: Annotated[str | None, typer.Argument(metavar="[NAME]", show_default=False)] = None,
     namespace: Namespace = None,
     clusters: Clusters = "",
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each member")] = 5.0,
 ) -> None:
     """Show an object in each member: key fields, status, conditions and recent Events."""
@@ -264,7 +279,7 @@ def describe(
         finally:
             await members.aclose()
 
-    results = _run(host_kubeconfig, host_context, body)
+    results = _run(kubeconfig, context, context_alias, kubeconfig_alias, body)
     if not results:
         raise _fail("no clusters joined (`tether join NAME --cluster-context C`)")
     typer.echo("\n\n".join(multiget.describe_text(d) for d in results))

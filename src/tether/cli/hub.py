@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +14,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tether.cli.options import (
+    DataDir,
+    HubContext,
+    HubContextAlias,
+    HubKubeconfig,
+    HubKubeconfigAlias,
+    pick,
+    state_root,
+)
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
 
@@ -20,15 +31,31 @@ app = typer.Typer(help="The federation hub: CRDs, namespace and controllers in a
 console = Console(soft_wrap=True)
 
 
+def port_in_use(exc: OSError, ports: dict[str, int | None]) -> str | None:
+    """For a listener that could not bind: which port, which flag sets it, and the way out."""
+    if exc.errno != errno.EADDRINUSE:
+        return None
+    found = re.search(r"(\d+)\)?: ", str(exc)) or re.search(r":(\d+)\b", str(exc))
+    port = int(found.group(1)) if found else None
+    flag = next((name for name, value in ports.items() if value and value == port), None)
+    what = f"port {port}" if port else "a port"
+    fix = (f"pass {flag} 0 to pick a free one, or another port with {flag}" if flag
+           else "pass 0 for the port flags to pick free ones")
+    return f"{what} on 127.0.0.1 is already in use (another `tether hub run`?): {fix}"
+
+
 @app.command()
 def install(
-    context: Annotated[str | None, typer.Option("--context", help="Host cluster context [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Host kubeconfig "
-                                                    "[default: $KUBECONFIG or ~/.kube/config]")] = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """Install the hub's namespace and CRDs, and enable KubeFed's default federated types."""
     from tether.federation import install as hub_install
 
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     async def run() -> int:
         async with KubeClient.from_kubeconfig(kubeconfig, context) as client:
             steps = await hub_install.install(client, report=lambda step: typer.echo(str(step)))
@@ -46,9 +73,10 @@ def install(
 
 @app.command()
 def run(
-    context: Annotated[str | None, typer.Option("--context", help="Host cluster context [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Host kubeconfig "
-                                                    "[default: $KUBECONFIG or ~/.kube/config]")] = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 for /healthz, /readyz, /metrics "
                                       "(0 picks a free one)")] = 8443,
     health_port: Annotated[int | None, typer.Option("--health-port", help="Extra port serving the same "
@@ -80,12 +108,26 @@ def run(
         "--allowed-destinations", help="Let the tunnel's CONNECT listener reach these too, for any "
         "caller holding a cluster's proxy token (comma-separated, repeatable: CIDR, IP, host, "
         "*.suffix, each optionally :PORT) [default: only each pull member's API endpoint]")] = None,
-    data_dir: Annotated[Path | None, typer.Option(
-        "--data-dir", help="Hub state (tunnel certificates) [default: ~/.local/share/tether/hub]")] = None,
+    data_dir: DataDir = None,
+    failover: Annotated[bool, typer.Option(
+        "--failover", help="Karmada cluster failover (its Failover feature gate with "
+        "--enable-no-execute-taint-eviction): evict workloads from clusters with a NoExecute "
+        "taint their policy does not tolerate")] = False,
+    eviction_purge_mode: Annotated[str, typer.Option(
+        "--no-execute-taint-eviction-purge-mode", help="Directly or Gracefully: how evicted "
+        "copies go when the policy has no failover.cluster.purgeMode")] = "Gracefully",
+    graceful_eviction_timeout: Annotated[float, typer.Option(
+        "--graceful-eviction-timeout", help="Seconds a gracefully evicted copy may wait for its "
+        "replacement to become healthy")] = 600.0,
     clusterset: Annotated[str | None, typer.Option(
         "--clusterset", help="Run the MCS API (ServiceExport/ServiceImport) across the Ready members as this "
         "clusterset: installs the MCS CRDs and ClusterProperties in each member")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
+    template_status: Annotated[str, typer.Option(
+        "--template-status", metavar="auto|status|annotation",
+        help="Where Karmada templates get the members' summed status: their .status (as Karmada; "
+             "for a hub without workload controllers), the tether.io/propagation-status annotation "
+             "(a hub that runs its own), or auto: .status when the hub has no Nodes")] = "auto",
 ) -> None:
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
 
@@ -94,10 +136,22 @@ def run(
     from tether.federation.health import HealthTimers
     from tether.tunnel.destinations import DestinationError, parse_patterns
 
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     try:
         parse_patterns(allowed_destinations or ())
     except DestinationError as exc:
         raise typer.BadParameter(str(exc), param_hint="--allowed-destinations") from None
+    from tether.federation.failover import DIRECTLY, GRACEFULLY, FailoverSettings, purge_mode
+
+    if purge_mode(eviction_purge_mode) not in (DIRECTLY, GRACEFULLY):
+        raise typer.BadParameter(f"{eviction_purge_mode!r}: use Directly or Gracefully",
+                                 param_hint="--no-execute-taint-eviction-purge-mode")
+    from tether.federation.template_status import MODES
+
+    if template_status not in MODES:
+        raise typer.BadParameter(f"{template_status!r} is not one of {', '.join(MODES)}",
+                                 param_hint="--template-status")
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -116,10 +170,19 @@ def run(
                                tunnel_bind_address=tunnel_bind_address,
                                tunnel_advertise=tunnel_advertise, tunnel_certs=tunnel_certs,
                                tunnel_allowed_destinations=tuple(allowed_destinations or ()),
-                               data_dir=data_dir, clusterset=clusterset)
+                               data_dir=state_root(data_dir) / "hub", template_status=template_status,
+                               failover=FailoverSettings(
+                                   enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
+                                   graceful_timeout_s=graceful_eviction_timeout),
+                               clusterset=clusterset)
+    ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
+             "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
-    except (KubeError, KubeconfigError, OSError) as exc:
+    except OSError as exc:
+        console.print(f"[red]error:[/red] {port_in_use(exc, ports) or exc}", highlight=False)
+        code = 1
+    except (KubeError, KubeconfigError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         code = 1
     # The hub's own shutdown is bounded (`shutdown_s`); what is left can only be a thread of the

@@ -12,7 +12,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tether.local import kubeconfig, netns, network, supervisor
+from tether.cli.options import DataDir
+from tether.kube.config import default_kubeconfig_path
+from tether.local import kubeconfig, netns, network, roles, supervisor
 from tether.local.pki import ClusterPki, ensure_cluster_pki
 from tether.local.supervisor import DEFAULT_UNAUTHENTICATED
 
@@ -20,12 +22,10 @@ app = typer.Typer(help="Embedded local clusters: the default target of `tether d
                   no_args_is_help=True)
 console = Console()
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Where clusters keep their state "
-                                              "[default: $TETHER_LOCAL_DIR or ~/.local/share/tether/local]")]
-
-
 def _layout(data_dir: Path | None) -> supervisor.Layout:
-    return supervisor.Layout((data_dir or supervisor.default_data_dir()).expanduser().resolve())
+    """The clusters' files sit at the root of tether's state (`--data-dir`)."""
+    return supervisor.Layout(data_dir.expanduser().resolve() if data_dir else
+                             supervisor.default_data_dir().expanduser().resolve())
 
 
 def _pki(layout: supervisor.Layout, name: str) -> ClusterPki:
@@ -35,9 +35,9 @@ def _pki(layout: supervisor.Layout, name: str) -> ClusterPki:
 def _print_usage(layout: supervisor.Layout, state: dict[str, object]) -> None:
     clusters = state.get("clusters") or []
     assert isinstance(clusters, list)
-    table = Table("cluster", "server", "context")
+    table = Table("cluster", "role", "server", "context")
     for entry in clusters:
-        table.add_row(entry["name"], entry["server"], entry["name"])
+        table.add_row(entry["name"], _role_of(entry), entry["server"], entry["name"])
     console.print(table)
     console.print(f"kubeconfig: [bold]{layout.kubeconfig}[/bold]")
     console.print(f"  export KUBECONFIG={layout.kubeconfig}")
@@ -65,10 +65,22 @@ def up(
     max_unauthenticated_connections: Annotated[int, typer.Option(
         min=1, help="Per API server and client address: connections that have not yet sent valid "
                     "credentials; more are refused at accept")] = DEFAULT_UNAUTHENTICATED,
+    role: Annotated[str | None, typer.Option(
+        "--role", metavar="cluster|hub",
+        help="Role of the clusters started: `cluster` (nodes, pods, controllers) or `hub`, an API "
+             "server only, like Karmada's control plane [default: the role kept in --data-dir, "
+             "else cluster; a lone hub is named `hub`]")] = None,
+    api_only: Annotated[bool, typer.Option("--api-only", help="Same as --role hub")] = False,
+    hub: Annotated[list[str] | None, typer.Option(
+        "--hub", help="Also start an API-only hub with this name (repeat), next to the clusters "
+                      "--clusters or --name choose")] = None,
 ) -> None:
     """Start local clusters (kept state is reused: `down` then `up` loses nothing)."""
     layout = _layout(data_dir)
-    names = supervisor.choose_names(layout, clusters, list(name or []))
+    role = _role_option(role, api_only)
+    hubs = tuple(hub or ())
+    names = supervisor.choose_names(layout, clusters, list(name or []), hubs, role)
+    _check_roles(layout, names, hubs, role)
     unknown = set(isolate_api or ()) - set(names)
     if unknown:
         raise typer.BadParameter(f"names no cluster being started: {', '.join(sorted(unknown))}",
@@ -82,7 +94,8 @@ def up(
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         asyncio.run(supervisor.serve(layout, names, compact_keep=compact_keep, nodes=nodes, netns=netns,
                                      isolate_api=tuple(isolate_api or ()),
-                                     max_unauthenticated=max_unauthenticated_connections))
+                                     max_unauthenticated=max_unauthenticated_connections,
+                                     hubs=hubs, role=role))
         return
     running = supervisor.read_state(layout)
     if running is not None:
@@ -101,12 +114,35 @@ def up(
             state = supervisor.start_daemon(layout, names, nodes=nodes, compact_keep=compact_keep,
                                             netns=netns, progress=progress,
                                             isolate_api=tuple(isolate_api or ()),
-                                            max_unauthenticated=max_unauthenticated_connections)
+                                            max_unauthenticated=max_unauthenticated_connections,
+                                            hubs=hubs, role=role)
         except supervisor.LocalError as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(1) from None
     console.print(f"[green]started[/green] {len(names)} local cluster(s)")
     _print_usage(layout, state)
+
+
+def _role_option(role: str | None, api_only: bool) -> str | None:
+    if role is not None and role not in roles.ROLES:
+        raise typer.BadParameter(f"{role!r} is not one of {', '.join(roles.ROLES)}", param_hint="--role")
+    if api_only and role == roles.CLUSTER:
+        raise typer.BadParameter("--api-only means --role hub", param_hint="--role")
+    return roles.HUB if api_only else role
+
+
+def _check_roles(layout: supervisor.Layout, names: list[str], hubs: tuple[str, ...], role: str | None) -> None:
+    """Fail early, with the fix, when a kept cluster is asked for the other role."""
+    try:
+        roles.resolve(layout.clusters, roles.wanted_roles(names, hubs, role))
+    except roles.RoleError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def _role_of(entry: dict[str, str]) -> str:
+    role = entry.get("role") or roles.persisted_role(Path(entry.get("dataDir", ""))) or roles.CLUSTER
+    return "hub (API only)" if role == roles.HUB else role
 
 
 def _check_network_mode(layout: supervisor.Layout, names: list[str], netns_flag: bool | None) -> None:
@@ -116,13 +152,35 @@ def _check_network_mode(layout: supervisor.Layout, names: list[str], netns_flag:
         try:
             mode = network.choose_mode(layout.clusters / cluster_name, netns_flag)
         except network.NetworkError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            kept = network.persisted_mode(layout.clusters / cluster_name)
+            message = mode_conflict(layout.root, cluster_name, kept) if kept else str(exc)
+            console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         wants_netns = wants_netns or mode == network.NETNS
+    if wants_netns and hasattr(os, "geteuid") and os.geteuid() != 0:
+        console.print(f"[red]error:[/red] {NEEDS_ROOT}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     reason = netns.unavailable_reason() if wants_netns else None
     if reason is not None:
-        console.print(f"[red]error:[/red] {reason}")
+        console.print(f"[red]error:[/red] {reason}", highlight=False)
         raise typer.Exit(2)
+
+
+NEEDS_ROOT = ("--netns creates network namespaces and needs root: run it as root, e.g. "
+              "`sudo env \"PATH=$PATH\" tether local up --netns` (sudo's own PATH does not hold this "
+              "virtualenv), or leave out --netns for the rootless 127.0.0.0/8 address plan")
+
+
+def mode_conflict(root: Path, cluster: str, kept: str) -> str:
+    """Why a kept cluster cannot change its network mode, and the three ways on."""
+    made = "with --netns" if kept == network.NETNS else "rootless (without --netns)"
+    same = "tether local up" + (" --netns" if kept == network.NETNS else "") + f" --data-dir {root}"
+    other = "" if kept == network.NETNS else " --netns"
+    return (f"cluster {cluster} in {root} was made {made}; its Services and pods hold addresses "
+            f"of that mode, so it cannot change mode. Either\n"
+            f"  start it as it was:                 {same}\n"
+            f"  use a data dir of its own:          tether local up{other} --data-dir {root}-{'netns' if other else 'rootless'}\n"
+            f"  or drop its state and start afresh: rm -r {root / 'clusters' / cluster}")
 
 
 @app.command()
@@ -144,15 +202,16 @@ def status(data_dir: DataDir = None) -> None:
     if state is None:
         console.print("no local clusters are running (start them with `tether local up`)")
         raise typer.Exit(1)
-    table = Table("cluster", "server", "ready")
+    table = Table("cluster", "role", "server", "ready")
     for entry in state["clusters"]:
         if not entry["server"].startswith(("https://127.", "https://localhost")):
             # An isolated API server is reachable only inside its cluster's network: never probe
             # it from here (that would send traffic towards the host's default route).
-            table.add_row(entry["name"], entry["server"], "isolated (inside its network)")
+            table.add_row(entry["name"], _role_of(entry), entry["server"], "isolated (inside its network)")
             continue
         ready = supervisor.probe_ready(entry["server"], _pki(layout, entry["name"]).ca_cert)
-        table.add_row(entry["name"], entry["server"], "[green]yes[/green]" if ready else "[red]no[/red]")
+        table.add_row(entry["name"], _role_of(entry), entry["server"],
+                      "[green]yes[/green]" if ready else "[red]no[/red]")
     console.print(table)
     console.print(f"kubeconfig: {layout.kubeconfig}")
 
@@ -160,7 +219,9 @@ def status(data_dir: DataDir = None) -> None:
 @app.command("kubeconfig")
 def kubeconfig_path(
     data_dir: DataDir = None,
-    merge: Annotated[bool, typer.Option("--merge", help="Also add the contexts to ~/.kube/config")] = False,
+    merge: Annotated[bool, typer.Option("--merge", help="Also add the contexts to the kubeconfig kubectl "
+                                        "writes to (the first existing file of $KUBECONFIG, else "
+                                        "~/.kube/config)")] = False,
 ) -> None:
     """Print the path of a kubeconfig with one context per local cluster."""
     layout = _layout(data_dir)
@@ -168,7 +229,7 @@ def kubeconfig_path(
         console.print("no kubeconfig yet: start clusters with `tether local up`", style="red")
         raise typer.Exit(1)
     if merge:
-        target = Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
+        target = default_kubeconfig_path()
         kubeconfig.merge_into(target, layout.kubeconfig)
         console.print(f"merged into {target}", style="green")
     typer.echo(str(layout.kubeconfig))

@@ -11,12 +11,14 @@ from tether.cli import (
     agent,
     certs,
     clusters,
+    connect,
     dns,
     fed,
     hub,
     local,
     mcs,
     proxy,
+    rebalance,
     status,
     tunnel,
     whoami,
@@ -35,10 +37,12 @@ app.add_typer(mcs.app, name="mcs")
 clusters.register(app)  # join, unjoin, clusters
 certs.register(app)  # certs
 status.register(app)  # status
+rebalance.register(app)  # rebalance (Karmada's WorkloadRebalancer)
 fed.register(app)  # enable, disable, federate, get, describe
 agent.register(app)  # agent run|stop|manifest, token create, register
 proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
+connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
 dns.register(app)  # dns: clusterset.local and Semaphore's names, forwarding the rest
 
 
@@ -50,12 +54,13 @@ def version() -> None:
 
 @app.command()
 def demo(
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Where the demo clusters keep state "
-                                                  "[default: ~/.local/share/tether/demo]")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Root of the demo's state, apart "
+                                                  "from your own clusters' [default: "
+                                                  "$TETHER_HOME/demo]")] = None,
 ) -> None:
     """Start a hub and two member clusters, join them, and federate a sample app."""
     from tether.app import demo as demo_app
-    from tether.local import supervisor
+    from tether.net import daemon
 
-    directory = data_dir or supervisor.default_data_dir().parent / "demo"
+    directory = data_dir or daemon.state_home() / "demo"
     raise typer.Exit(demo_app.run(directory.expanduser().resolve(), Console()))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from tether.cli.options import Context, Kubeconfig
 
 app = typer.Typer(help="The MCS API (multicluster.x-k8s.io) across clusters: CRDs and the controller.",
                   no_args_is_help=True)
@@ -15,9 +16,8 @@ app = typer.Typer(help="The MCS API (multicluster.x-k8s.io) across clusters: CRD
 
 @app.command()
 def install(
-    context: Annotated[str | None, typer.Option("--context", help="Cluster [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="[default: $KUBECONFIG or "
-                                                    "~/.kube/config]")] = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
 ) -> None:
     """Install the ServiceExport, ServiceImport (v1alpha1 and v1beta1) and ClusterProperty CRDs."""
     from tether.app import mcs as mcs_app
@@ -33,9 +33,9 @@ def install(
 
 @app.command()
 def run(
-    context: Annotated[list[str], typer.Option("--context", help="A member of the clusterset (repeat for each)")],
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="[default: $KUBECONFIG or "
-                                                    "~/.kube/config]")] = None,
+    context: Annotated[list[str], typer.Option("--context", help="A member of the clusterset: its context in "
+                                               "the kubeconfig (repeat for each)")],
+    kubeconfig: Kubeconfig = None,
     clusterset: Annotated[str, typer.Option("--clusterset", help="The clusterset's name (ClusterProperty "
                                             "clusterset.k8s.io)")] = "clusterset",
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,

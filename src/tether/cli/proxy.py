@@ -9,12 +9,22 @@ import importlib
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from tether.cli.options import (
+    DataDir,
+    HubContext,
+    HubContextAlias,
+    HubKubeconfig,
+    HubKubeconfigAlias,
+    pick,
+    state_root,
+)
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
 
@@ -23,9 +33,6 @@ app = typer.Typer(help="The hub's cluster proxy: kubectl to any member through t
                   no_args_is_help=True)
 
 Opt = typer.Option
-HostContext = Annotated[str | None, Opt("--host-context", help="Hub cluster context [default: current]")]
-HostKubeconfig = Annotated[Path | None, Opt(
-    "--host-kubeconfig", "--kubeconfig", help="Hub kubeconfig [default: $KUBECONFIG or ~/.kube/config]")]
 ClusterName = Annotated[str, Opt("--cluster", "-C", help="The member's name in the hub")]
 
 
@@ -36,8 +43,10 @@ def _fail(exc: Exception) -> typer.Exit:
 
 @app.command()
 def serve(
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     bind_address: Annotated[str, Opt("--bind-address", help="Listen address")] = "127.0.0.1",
     port: Annotated[int, Opt("--port", help="HTTPS port (0 picks a free one)")] = 8443,
     advertise_address: Annotated[str, Opt("--advertise-address",
@@ -59,12 +68,14 @@ def serve(
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     tunnel = None
     if tunnel_server:
         tls = ClientTLS(tunnel_ca_cert, tunnel_cert, tunnel_key) if tunnel_ca_cert else None
         tunnel = proxy_app.TunnelConfig(tunnel_server, tls)
     config = proxy_app.ProxyConfig(
-        kubeconfig=host_kubeconfig, context=host_context, bind_address=bind_address, port=port,
+        kubeconfig=kubeconfig, context=context, bind_address=bind_address, port=port,
         advertise_address=advertise_address, tunnel=tunnel, publish=publish)
     try:
         code = asyncio.run(proxy_app.serve(config, announce=lambda line: typer.echo(line, err=False)))
@@ -73,16 +84,30 @@ def serve(
     raise typer.Exit(code)
 
 
-def _write_kubeconfig(name: str, host_kubeconfig: Path | None, host_context: str | None,
-                      out: Path | None, server: str, ttl_h: float, user: str = "",
-                      groups: tuple[str, ...] = ()) -> Path:
+@dataclass(frozen=True)
+class HubAccess:
+    """How a command reaches the hub, and where it keeps the kubeconfigs it writes."""
+
+    kubeconfig: Path | None
+    context: str | None
+    data_dir: Path
+
+    @classmethod
+    def of(cls, context: str | None, kubeconfig: Path | None, context_alias: str | None,
+           kubeconfig_alias: Path | None, data_dir: Path | None) -> HubAccess:
+        return cls(pick(kubeconfig, kubeconfig_alias, "--kubeconfig"),
+                   pick(context, context_alias, "--context"), state_root(data_dir))
+
+
+def _write_kubeconfig(name: str, hub: HubAccess, out: Path | None, server: str, ttl_h: float,
+                      user: str = "", groups: tuple[str, ...] = ()) -> Path:
     from tether.app import clusterproxy as proxy_app
 
     async def run() -> Path:
-        async with KubeClient.from_kubeconfig(host_kubeconfig, host_context) as host:
+        async with KubeClient.from_kubeconfig(hub.kubeconfig, hub.context) as host:
             return await proxy_app.write_kubeconfig(
                 host, name, out, server=server, ttl=datetime.timedelta(hours=ttl_h), user=user,
-                groups=groups)
+                groups=groups, state_dir=hub.data_dir)
 
     try:
         return asyncio.run(run())
@@ -92,16 +117,19 @@ def _write_kubeconfig(name: str, host_kubeconfig: Path | None, host_context: str
 
 def kubeconfig(
     name: Annotated[str, typer.Argument(help="The member's name in the hub")],
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
     out: Annotated[Path | None, Opt("--out", "-o", help="Where to write it "
-                                    "[default: ~/.local/share/tether/kubeconfigs/CONTEXT--NAME.yaml]")] = None,
+                                    "[default: DATA_DIR/kubeconfigs/CONTEXT--NAME.yaml]")] = None,
     server: Annotated[str, Opt("--server", help="The proxy's https URL [default: what the running "
                                "proxy recorded on the hub]")] = "",
     ttl: Annotated[float, Opt("--ttl", help="Hours the client certificate is valid")] = 24.0,
     user: Annotated[str, Opt("--user", help="Issue it for this user instead of yourself "
                              "(hub admins only)")] = "",
     group: Annotated[list[str] | None, Opt("--group", help="A group of --user (repeatable)")] = None,
+    data_dir: DataDir = None,
 ) -> None:
     """Write a kubeconfig that reaches cluster NAME through the hub's proxy; print its path.
 
@@ -110,8 +138,8 @@ def kubeconfig(
     and does in NAME what NAME's RBAC allows that user; the hub's admins (system:masters) are
     the group tether:hub-admins there, which join/register bind to cluster-admin.
     """
-    typer.echo(str(_write_kubeconfig(name, host_kubeconfig, host_context, out, server, ttl,
-                                     user, tuple(group or ()))))
+    hub = HubAccess.of(context, kubeconfig, context_alias, kubeconfig_alias, data_dir)
+    typer.echo(str(_write_kubeconfig(name, hub, out, server, ttl, user, tuple(group or ()))))
 
 
 def kubectl_path() -> str:
@@ -140,11 +168,15 @@ def logs(
     container: Annotated[str, Opt("--container", "-c")] = "",
     follow: Annotated[bool, Opt("--follow", "-f")] = False,
     tail: Annotated[int, Opt("--tail", help="Lines (-1: all)")] = -1,
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    data_dir: DataDir = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """`kubectl logs` on a member, through the hub's cluster proxy."""
-    config = _write_kubeconfig(cluster, host_kubeconfig, host_context, None, "", 24.0)
+    hub = HubAccess.of(context, kubeconfig, context_alias, kubeconfig_alias, data_dir)
+    config = _write_kubeconfig(cluster, hub, None, "", 24.0)
     args = ["logs", "-n", namespace, pod, f"--tail={tail}"]
     if container:
         args += ["-c", container]
@@ -161,11 +193,15 @@ def exec_(
     container: Annotated[str, Opt("--container", "-c")] = "",
     stdin: Annotated[bool, Opt("--stdin", "-i")] = False,
     tty: Annotated[bool, Opt("--tty", "-t")] = False,
-    host_context: HostContext = None,
-    host_kubeconfig: HostKubeconfig = None,
+    data_dir: DataDir = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """`kubectl exec` on a member, through the hub's cluster proxy."""
-    config = _write_kubeconfig(cluster, host_kubeconfig, host_context, None, "", 24.0)
+    hub = HubAccess.of(context, kubeconfig, context_alias, kubeconfig_alias, data_dir)
+    config = _write_kubeconfig(cluster, hub, None, "", 24.0)
     args = ["exec", "-n", namespace, pod]
     if container:
         args += ["-c", container]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from tether.cli.options import HubContext, HubContextAlias, HubKubeconfig, HubKubeconfigAlias, pick
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
 
@@ -23,14 +23,17 @@ def register(app: typer.Typer) -> None:
 def status(
     target: Annotated[str, typer.Argument(help="KIND/NAME, e.g. federateddeployment/web or deploy/web")],
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the object")] = "default",
-    context: Annotated[str | None, typer.Option("--context", "--host-context",
-                                                help="Hub cluster context [default: current]")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Hub kubeconfig")] = None,
+    context: HubContext = None,
+    kubeconfig: HubKubeconfig = None,
+    context_alias: HubContextAlias = None,
+    kubeconfig_alias: HubKubeconfigAlias = None,
 ) -> None:
     """Show where an object was propagated: per cluster applied or not, why, the member's
     observed status and how long propagation took."""
     from tether.federation import report as fed_report
 
+    context = pick(context, context_alias, "--context")
+    kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
     kind, sep, name = target.partition("/")
     if not sep or not kind or not name:
         raise typer.BadParameter("expected KIND/NAME", param_hint="TARGET")

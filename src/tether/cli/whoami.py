@@ -4,11 +4,11 @@ from its ServiceAccount (`--in-cluster`); a check that in-cluster credentials wo
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from tether.cli.options import Context, Kubeconfig
 from tether.kube import KubeClient, KubeError, in_cluster, load_kubeconfig
 from tether.kube.config import KubeconfigError
 
@@ -19,8 +19,8 @@ def register(app: typer.Typer) -> None:
 
 def whoami(
     cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's ServiceAccount")] = False,
-    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file")] = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
     pods: Annotated[bool, typer.Option("--pods", help="Also list the pods of the namespace")] = False,
 ) -> None:
     """Print the server, namespace and user the credentials stand for."""

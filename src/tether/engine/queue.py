@@ -99,6 +99,10 @@ class Engine(Generic[K]):
             self._has_work.clear()
             await self._has_work.wait()
 
+    def depth(self) -> int:
+        """Keys waiting (not counting those being reconciled): a queue-depth gauge reads it."""
+        return len(self._queued)
+
     def idle(self) -> bool:
         return not self._queued and not self._active and not self._dirty
 

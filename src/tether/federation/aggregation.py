@@ -19,6 +19,11 @@ was rendered from). A missing/None status means "not collected yet".
 - PersistentVolumeClaim: Lost if any member lost it, else the first non-Bound phase, else Bound.
 - Anything else: None (no built-in aggregation).
 Clusters are visited in name order so results are deterministic.
+
+`reflect_status` is the per-cluster half (Karmada's InterpretStatus, kept per cluster in its
+ResourceBinding's `aggregatedStatus`): what of one member's status is kept: the counters and
+generations of the workload kinds, a Job's progress, a Service's or Ingress's `loadBalancer`,
+and the whole status of anything else.
 """
 
 from __future__ import annotations
@@ -157,6 +162,27 @@ def _pvc(member_status: Mapping[str, Obj | None]) -> dict[str, Any]:
         if member_phase != "Bound" and phase == "Bound":
             phase = member_phase
     return {"phase": phase}
+
+
+_GENERATIONS = ("observedGeneration", "generation", "resourceTemplateGeneration")
+_JOB_FIELDS = ("active", "succeeded", "failed", "startTime", "completionTime", "conditions")
+
+
+def reflect_status(template: Obj, member_status: Obj | None) -> Obj | None:
+    """One member's status as kept per cluster, or None when not collected yet."""
+    if member_status is None:
+        return None
+    status = mapping(member_status)
+    kind = str(template.get("kind", ""))
+    if kind in _COUNTERS:
+        keep: tuple[str, ...] = (*_COUNTERS[kind], *_GENERATIONS)
+    elif kind == "Job":
+        keep = _JOB_FIELDS
+    elif kind in ("Service", "Ingress"):
+        keep = ("loadBalancer",)
+    else:
+        return dict(thaw(status))
+    return {k: thaw(status[k]) for k in keep if k in status}
 
 
 def aggregate_status(template: Obj, member_status: Mapping[str, Obj | None]) -> Obj | None:

@@ -19,9 +19,10 @@ tether writes or checks more than upstream declares, the few fields listed at ea
   `scheduling.kubefed.io/v1alpha1` ReplicaSchedulingPreference (`rsp`), and
   `federated_crd(kind, plural, scope)`: a `Federated<Kind>` CRD (`types.kubefed.io`), shaped as
   KubeFed's chart and `kubefedctl enable` write them.
-- `upstream_crd(name)` builds any other type `upstream_schemas` holds (ClusterTaintPolicy,
-  WorkloadRebalancer, Karmada's Work and Cluster, KubeFedConfig, the multiclusterdns kinds) for
-  the controllers that will serve them; `hub_crds()` installs only the types the hub acts on.
+- Karmada's ClusterTaintPolicy and `apps.karmada.io/v1alpha1` WorkloadRebalancer (failover).
+- `upstream_crd(name)` builds any other type `upstream_schemas` holds (Karmada's Work and
+  Cluster, KubeFedConfig, the multiclusterdns kinds) for the controllers that will serve them;
+  `hub_crds()` installs only the types the hub acts on.
 
 tether's own kinds have hand-written schemas, as strict:
 - `clusters.cluster.tether.io` (cluster-scoped; short name `tcl`, since `cl` is Cluster API's):
@@ -50,6 +51,7 @@ CLUSTER_GROUP = "cluster.tether.io"
 CLUSTER_VERSION = "v1alpha1"
 CLUSTER_API_VERSION = f"{CLUSTER_GROUP}/{CLUSTER_VERSION}"
 KARMADA_POLICY_GROUP = "policy.karmada.io"
+KARMADA_APPS_GROUP = "apps.karmada.io"
 KARMADA_WORK_GROUP = "work.karmada.io"
 KUBEFED_CORE_GROUP = "core.kubefed.io"
 KUBEFED_SCHEDULING_GROUP = "scheduling.kubefed.io"
@@ -405,13 +407,14 @@ def resource_binding_crd(cluster_scoped: bool) -> Crd:
 
 
 def cluster_taint_policy_crd() -> Crd:
-    """Karmada's ClusterTaintPolicy; not in `hub_crds()` until a controller acts on it."""
+    """Karmada's ClusterTaintPolicy (cluster-scoped); `failover_controllers` acts on it."""
     return upstream_crd(f"clustertaintpolicies.{KARMADA_POLICY_GROUP}")
 
 
 def workload_rebalancer_crd() -> Crd:
-    """Karmada's WorkloadRebalancer; not in `hub_crds()` until a controller acts on it."""
-    return upstream_crd("workloadrebalancers.apps.karmada.io")
+    """Karmada's WorkloadRebalancer (cluster-scoped); `failover_controllers` acts on it."""
+    return upstream_crd(f"workloadrebalancers.{KARMADA_APPS_GROUP}")
+
 
 
 # KubeFed ------------------------------------------------------------------------------------
@@ -444,6 +447,7 @@ def _replica_scheduling_preference_edit(schema: Schema) -> None:
 def replica_scheduling_preference_crd() -> Crd:
     return upstream_crd(f"replicaschedulingpreferences.{KUBEFED_SCHEDULING_GROUP}",
                         edit=_replica_scheduling_preference_edit)
+
 
 def federated_scope(kind: str, target_scope: str) -> str:
     return "Namespaced" if kind == "Namespace" else target_scope
@@ -594,6 +598,8 @@ def hub_crds() -> list[Crd]:
         override_policy_crd(True),
         resource_binding_crd(False),
         resource_binding_crd(True),
+        cluster_taint_policy_crd(),
+        workload_rebalancer_crd(),
         federated_type_config_crd(),
         kubefed_cluster_crd(),
         replica_scheduling_preference_crd(),

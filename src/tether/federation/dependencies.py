@@ -8,15 +8,29 @@ Azure File `secretName`, env `secretKeyRef`, `envFrom.secretRef`, `imagePullSecr
 ServiceAccount (except `default`, which every namespace has) and PersistentVolumeClaims. All
 containers count: init, regular and ephemeral. Result order: ConfigMaps, Secrets,
 ServiceAccounts, PVCs, each sorted by name; all in the template's namespace.
+
+How they travel (Karmada's "attached bindings", reference-counted): a template's Work names
+what it needs in the annotation `work.tether.io/requires` ("ConfigMap/a,Secret/b"), and each
+dependency gets Works of its own (`dependency_plan`, `dependency_works`): one per cluster where
+some Work still requires it, named `dependency-<kind>-<namespace>-<name>`, dialect
+`karmada-dependency`. A dependency shared by two workloads therefore stays in a member while
+either still runs there, and goes with the last. Its conflict resolution is Overwrite when any
+requiring Work says so; its copies are preserved on deletion when any requiring Work preserves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ._util import items, mapping, nested
-from .model import Obj, ResourceRef
+from . import works as W
+from ._util import items, mapping, nested, thaw
+from .metadata import stamp, strip_server_fields
+from .model import ConflictResolution, Obj, PropagationPlan, ResourceRef, WorkItem
+
+REQUIRES_ANNOTATION = "work.tether.io/requires"  # on a template's Works: "Kind/name,..."
+DEPENDENCY_DIALECT = "karmada-dependency"
+DEPENDENCY_KINDS = ("ConfigMap", "Secret", "ServiceAccount", "PersistentVolumeClaim")
 
 _POD_SPEC_PATH: Mapping[str, tuple[str, ...]] = {
     "Pod": ("spec",),
@@ -88,3 +102,59 @@ def dependencies(template: Obj) -> tuple[ResourceRef, ...]:
     refs += [ResourceRef("v1", "ServiceAccount", namespace, n) for n in sorted(accounts)]
     refs += [ResourceRef("v1", "PersistentVolumeClaim", namespace, n) for n in sorted(claims)]
     return tuple(refs)
+
+
+def encode_requires(refs: Iterable[ResourceRef]) -> str:
+    return ",".join(sorted({f"{r.kind}/{r.name}" for r in refs}))
+
+
+def decode_requires(text: str, namespace: str) -> frozenset[ResourceRef]:
+    """The dependencies a Work's annotation names (all core/v1, in the template's namespace);
+    entries of other kinds are ignored."""
+    out = set()
+    for entry in text.split(","):
+        kind, _, name = entry.strip().partition("/")
+        if kind in DEPENDENCY_KINDS and name:
+            out.add(ResourceRef("v1", kind, namespace, name))
+    return frozenset(out)
+
+
+def dependency_plan(obj: Obj, ref: ResourceRef, clusters: Iterable[str], *,
+                    overwrite: bool, preserve: bool) -> PropagationPlan:
+    """A dependency's copies for the clusters whose Works require it."""
+    manifest = strip_server_fields(thaw(obj))
+    if ref.kind == "ServiceAccount":
+        manifest.pop("secrets", None)  # a member's token controller fills in its own
+    stamp(manifest, "karmada", ref)
+    resolution: ConflictResolution = "Overwrite" if overwrite else "Abort"
+    return PropagationPlan(
+        source=ref, dialect="karmada",
+        works=tuple(WorkItem(c, manifest) for c in sorted(set(clusters))),
+        conflict_resolution=resolution, preserve_on_deletion=preserve)
+
+
+def dependency_work_name(ref: ResourceRef) -> str:
+    return W.work_name(f"dependency-{ref.kind}", ref.namespace, ref.name)
+
+
+def dependency_source_hash(ref: ResourceRef) -> str:
+    """Its own hash: a dependency's Works are never taken for those of a template that happens
+    to be the same object (propagated by a policy of its own)."""
+    return W.short_hash(f"{DEPENDENCY_DIALECT}:{W.source_key(ref)}", 16)
+
+
+def dependency_works(plan: PropagationPlan) -> list[W.DesiredWork]:
+    """The Works of a `dependency_plan`: as a template's, with the dependency's name, dialect
+    and source hash."""
+    out = []
+    name = dependency_work_name(plan.source)
+    for desired in W.desired_works(plan, ensure_namespace=True):
+        body = thaw(desired.body)
+        body["metadata"]["name"] = name
+        body["metadata"]["labels"][W.DIALECT_LABEL] = DEPENDENCY_DIALECT
+        body["metadata"]["labels"][W.SOURCE_HASH_LABEL] = dependency_source_hash(plan.source)
+        namespace = body["metadata"]["namespace"]
+        for manifest in body["spec"]["workload"]["manifests"]:
+            manifest["metadata"]["annotations"][W.WORK_NAME_ANNOTATION] = f"{namespace}/{name}"
+        out.append(W.DesiredWork(desired.cluster, name, body))
+    return out

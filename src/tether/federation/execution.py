@@ -15,7 +15,8 @@ and for clusters being unjoined or gone — then only the Work's finalizer is re
    the Work's source-changed-at annotation). Member errors keep the member's message and are
    retried with backoff.
 Deleting a Work (finalizer `tether.io/execution`) deletes its member objects in reverse apply
-order unless `preserveResourcesOnDeletion`.
+order unless `preserveResourcesOnDeletion`; then they lose tether's labels and annotations and
+are the member's own (`release_member_objects`).
 
 A pull agent runs this same executor with `pull_cluster` (its cluster, applied even though it is
 Pull) and `member_client` (its local member client instead of one built from the hub Secret);
@@ -60,7 +61,13 @@ from ._util import items, mapping, nested, thaw
 from .crds import WORK_API_VERSION, execution_namespace
 from .health import HUB_NAMESPACE, member_credentials
 from .metrics import HubMetrics
-from .model import FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from .model import (
+    FIELD_MANAGER,
+    KUBEFED_MANAGED_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    SOURCE_ANNOTATION,
+)
 from .ordering import delete_order, tier
 from .propagation import HubInformers, unjoining
 
@@ -69,6 +76,9 @@ STATUS_MANAGER = "tether-execution"
 MEMBER_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
+# what tether puts on member objects, removed from those it leaves behind
+RELEASED_LABELS = (MANAGED_BY_LABEL, KUBEFED_MANAGED_LABEL)
+RELEASED_ANNOTATIONS = (SOURCE_ANNOTATION, W.WORK_NAME_ANNOTATION)
 
 
 class _ClusterUnreachable(Exception):
@@ -332,6 +342,7 @@ class WorkExecutor:
 
     async def _delete_member_objects(self, work: Obj, client: KubeClient) -> None:
         if nested(work, "spec", "preserveResourcesOnDeletion") is True:
+            await release_member_objects(work, client)
             return
         manifests = [mapping(m) for m in items(nested(work, "spec", "workload", "manifests"))]
         for manifest in delete_order([dict(m) for m in manifests]):
@@ -505,6 +516,37 @@ class WorkExecutor:
             for key in self.shared.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
                 if key.namespace == meta.get("namespace") and key.name != meta.get("name"):
                     self.engine.enqueue(key)
+
+
+async def release_member_objects(work: Obj, client: KubeClient) -> None:
+    """Leave a Work's objects in the member as the member's own: without tether's labels and
+    annotations (as Karmada strips its own, and KubeFed its managed label, when preserving), so
+    nothing tether does later (an unjoin, say) takes them for its own. A namespace tether
+    created for them loses its label too: unjoin would delete it, and them with it."""
+    manifests = [mapping(m) for m in items(nested(work, "spec", "workload", "manifests"))]
+    targets = [(str(m.get("apiVersion")), str(m.get("kind")),
+                str(nested(m, "metadata", "name")),
+                str(nested(m, "metadata", "namespace") or "") or None) for m in manifests]
+    ensured = str(nested(work, "metadata", "annotations", W.ENSURE_NAMESPACE_ANNOTATION) or "")
+    if ensured:
+        targets.append(("v1", "Namespace", ensured, None))
+    for api_version, kind, name, namespace in targets:
+        try:
+            current = await client.get(api_version, kind, name, namespace)
+        except NotFound:
+            continue
+        labels = mapping(nested(current, "metadata", "labels"))
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+            continue  # not ours (a conflict never taken over, a namespace made by someone else)
+        annotations = mapping(nested(current, "metadata", "annotations"))
+        patch = {"metadata": {
+            "labels": {k: None for k in RELEASED_LABELS if k in labels},
+            "annotations": {k: None for k in RELEASED_ANNOTATIONS if k in annotations}}}
+        try:
+            await client.patch(api_version, kind, name, patch, namespace=namespace,
+                               field_manager=STATUS_MANAGER)
+        except NotFound:
+            continue
 
 
 def _float(value: Any) -> float | None:

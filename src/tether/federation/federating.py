@@ -138,7 +138,8 @@ async def namespace_contents(host: KubeClient, namespace: str, *, enabled: Mappi
     """What to federate in `namespace`: objects of enabled types (and of types `include_types`
     accepts), skipping controller-made objects; objects of other types are counted."""
     types = [t for t in await discover_types(host)
-             if t.namespaced and {"list", "get"} <= t.verbs and t.group != "extensions"
+             # a type nobody can create (metrics.k8s.io's PodMetrics) cannot be propagated
+             if t.namespaced and {"list", "get", "create"} <= t.verbs and t.group != "extensions"
              and t.qualified_name not in CONTROLLER_MADE
              and not (t.group == federated_group and t.kind.startswith("Federated"))
              and t.group not in ("cluster.tether.io", "work.tether.io", "core.kubefed.io",
@@ -185,6 +186,21 @@ async def create(host: KubeClient, federated: Federated) -> str:
                                 "Federated objects live in the namespace of their target") from None
         raise
     return apply_outcome(before, after)
+
+
+async def unfederated_namespaces(host: KubeClient, items: Sequence[Federated]) -> list[str]:
+    """The namespaces of `items` that have no FederatedNamespace (KubeFed propagates a namespaced
+    Federated object only into clusters its namespace is placed in), leaving out namespaces
+    federated by `items` themselves."""
+    wanted = sorted({str(f.obj["metadata"]["namespace"]) for f in items
+                     if f.obj["metadata"].get("namespace") and f.target.kind != "Namespace"})
+    if not wanted:
+        return []
+    made = {str(f.obj["metadata"]["name"]) for f in items if f.target.kind == "Namespace"}
+    ftc = await host.get_or_none(FTC_API_VERSION, "FederatedTypeConfig", "namespaces", HUB_NAMESPACE)
+    api_version, kind = ftc_federated_api(ftc) or ("types.kubefed.io/v1beta1", "FederatedNamespace")
+    return [ns for ns in wanted if ns not in made
+            and await host.get_or_none(api_version, kind, ns, ns) is None]
 
 
 async def type_config(host: KubeClient, target: ApiType, namespace: str = HUB_NAMESPACE) -> Obj | None:

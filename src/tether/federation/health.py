@@ -12,9 +12,9 @@ Semantics follow Karmada (cluster_status_controller.go, cluster_controller.go):
 - Pull clusters are probed by their agent; the hub only watches freshness: without a heartbeat
   (Lease `tether-system/<cluster>` renewTime, or `status.lastHeartbeatTime`) for the grace period
   (40s; 60s after registration), Ready becomes Unknown/ClusterStatusUnknown.
-- Taints (NoSchedule only, as Karmada): Ready=False → `cluster.tether.io/not-ready`,
-  Ready=Unknown → `cluster.tether.io/unreachable`; both removed when Ready=True. Other taints
-  are left alone.
+- Taints (NoSchedule only, as Karmada; the rules are in `taints`): Ready=False →
+  `cluster.karmada.io/not-ready`, Ready=Unknown → `cluster.karmada.io/unreachable`; both removed
+  when Ready=True. Other taints are left alone.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.engine import Engine, RequeueAfter
+from tether.federation import capacity, taints
 from tether.federation.crds import CLUSTER_API_VERSION
-from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
+from tether.kube import ClusterCredentials, Conflict, KubeClient, KubeError, NotFound
 from tether.objects import Obj
 from tether.objects.times import rfc3339, seconds_of
 
@@ -46,9 +47,9 @@ MESSAGE_NOT_READY = "cluster is reachable but health endpoint responded without 
 MESSAGE_NOT_REACHABLE = "cluster is not reachable"
 MESSAGE_STATUS_UNKNOWN = "cluster status controller stopped posting cluster status"
 
-TAINT_NOT_READY = "cluster.tether.io/not-ready"
-TAINT_UNREACHABLE = "cluster.tether.io/unreachable"
-HEALTH_TAINTS = frozenset({TAINT_NOT_READY, TAINT_UNREACHABLE})
+TAINT_NOT_READY = taints.NOT_READY
+TAINT_UNREACHABLE = taints.UNREACHABLE
+HEALTH_TAINTS = taints.READINESS_TAINTS
 
 HUB_NAMESPACE = "tether-system"
 FIELD_MANAGER = "tether-cluster-health"
@@ -154,19 +155,10 @@ def stale_ready(current: Condition | None, last_heartbeat_s: float | None, regis
     return Condition(READY, UNKNOWN, REASON_STATUS_UNKNOWN, MESSAGE_STATUS_UNKNOWN, now)
 
 
-def plan_taints(taints: Sequence[Mapping[str, Any]], ready_status: str | None,
+def plan_taints(taints_now: Sequence[Mapping[str, Any]], ready_status: str | None,
                 now: float) -> list[Obj]:
     """The cluster's taints with the health taints matching `ready_status`."""
-    wanted = {FALSE: TAINT_NOT_READY, UNKNOWN: TAINT_UNREACHABLE}.get(ready_status or "")
-    out: list[Obj] = []
-    for taint in taints:
-        key = taint.get("key")
-        if key in HEALTH_TAINTS and (key != wanted or taint.get("effect") != "NoSchedule"):
-            continue
-        out.append(dict(taint))
-    if wanted and not any(t.get("key") == wanted and t.get("effect") == "NoSchedule" for t in out):
-        out.append({"key": wanted, "effect": "NoSchedule", "timeAdded": rfc3339(now)})
-    return out
+    return list(taints.plan_health_taints(taints_now, ready_status, now))
 
 
 def find_condition(status: Mapping[str, Any], kind: str) -> Condition | None:
@@ -303,6 +295,9 @@ async def collect_status(client: KubeClient, timeout_s: float, *, apis: bool = T
     async def nodes() -> None:
         listed = (await client.request("GET", "/api/v1/nodes")).get("items", [])
         out["nodeSummary"], out["resourceSummary"] = summarize_nodes(listed)
+        # allocated/allocating too (Karmada's resourceSummary), for dynamic replica division
+        pods = (await client.request("GET", "/api/v1/pods")).get("items", [])
+        out["resourceSummary"] = capacity.resource_summary(listed, pods)
 
     async def apis_part() -> None:
         out["apiEnablements"] = await api_enablements(client)
@@ -487,6 +482,13 @@ class ClusterHealthController:
         await self._write(cluster, status, current.status if current else None)
 
     async def _write(self, cluster: Obj, status: Obj, ready_status: str | None) -> None:
+        try:
+            await self._write_once(cluster, status, ready_status)
+        except Conflict:
+            # someone else (a user's taint, a ClusterTaintPolicy) wrote the Cluster meanwhile
+            raise RequeueAfter(0.2) from None
+
+    async def _write_once(self, cluster: Obj, status: Obj, ready_status: str | None) -> None:
         name = cluster["metadata"]["name"]
         base = f"/apis/{CLUSTER_API_VERSION}/clusters/{name}"
         if status != (cluster.get("status") or {}):

@@ -15,6 +15,17 @@ is applied last and wins. In a policy, `overrideRules` apply in order (the depre
 `targetCluster` + `overriders` pair when there are no rules); a rule without `targetCluster`
 applies to every cluster.
 
+Claims and preemption (Karmada's `preemption`, default Never): once a policy has placed a
+template (its Works name it, see `binding`), the template stays with that policy while it exists
+and still selects the template, even if a better match appears. A PropagationPolicy with
+`preemption: Always` takes a template from a ClusterPropagationPolicy whatever the priorities,
+and from a PropagationPolicy of lower `priority`; a ClusterPropagationPolicy with Always takes it
+only from a ClusterPropagationPolicy of lower priority.
+
+Scheduling (which clusters, how many replicas each) is `scheduler.schedule`; a policy Karmada's
+webhook would refuse, or that uses a field tether does not implement, is not applied
+(`policycheck`).
+
 Compilation per target cluster: template without status and server metadata → the cluster's
 replica share (Karmada's ReviseReplica: Deployment/StatefulSet `spec.replicas`, Job
 `spec.parallelism`; those are also the only kinds whose replicas are divided, as Karmada's
@@ -31,7 +42,10 @@ from typing import Any
 from tether.objects.selectors import matches_label_selector
 
 from ._util import as_int, items, mapping, nested, thaw
+from .affinity import cluster_matches_affinity
 from .aggregation import aggregate_status
+from .binding import AFFINITY_ANNOTATION, PLACEMENT_ANNOTATION
+from .capacity import replica_request
 from .dependencies import dependencies
 from .metadata import stamp, strip_server_fields
 from .model import (
@@ -44,8 +58,8 @@ from .model import (
     WorkItem,
 )
 from .overrides import OverrideError, apply_overriders
-from .placement import cluster_matches_affinity, karmada_placement
-from .replicas import ReplicaSchedulingError, karmada_divide
+from .policycheck import INVALID_POLICY, policy_problems
+from .scheduler import Groups, Previous, schedule
 
 PROPAGATION_POLICY = "PropagationPolicy"
 CLUSTER_PROPAGATION_POLICY = "ClusterPropagationPolicy"
@@ -96,15 +110,51 @@ def _best_policy(template: Obj, policies: Sequence[Obj]) -> Obj | None:
     return min(ranked, key=lambda r: r[0])[1] if ranked else None
 
 
-def match_policy(template: Obj, policies: Sequence[Obj]) -> Obj | None:
-    """The (Cluster)PropagationPolicy that claims `template`, or None."""
+def _candidates(template: Obj, policies: Sequence[Obj]) -> tuple[list[Obj], list[Obj]]:
     namespace = _meta(template, "namespace")
     namespaced = [
         p for p in policies
         if p.get("kind") == PROPAGATION_POLICY and namespace and _meta(p, "namespace") == namespace
     ]
     cluster_wide = [p for p in policies if p.get("kind") == CLUSTER_PROPAGATION_POLICY]
-    return _best_policy(template, namespaced) or _best_policy(template, cluster_wide)
+    return namespaced, cluster_wide
+
+
+def _priority(policy: Obj) -> int:
+    return as_int(nested(policy, "spec", "priority"))
+
+
+def _preempts(candidate: Obj, holder: Obj) -> bool:
+    if nested(candidate, "spec", "preemption") != "Always" or candidate is holder:
+        return False
+    if candidate.get("kind") == PROPAGATION_POLICY:
+        return holder.get("kind") == CLUSTER_PROPAGATION_POLICY or (
+            _priority(candidate) > _priority(holder))
+    return holder.get("kind") == CLUSTER_PROPAGATION_POLICY and (
+        _priority(candidate) > _priority(holder))
+
+
+def match_policy(template: Obj, policies: Sequence[Obj], claimed_by: str = "") -> Obj | None:
+    """The (Cluster)PropagationPolicy that claims `template`, or None. `claimed_by` names the
+    policy that placed it last (`<Kind>/<namespace>/<name>`, "" when none)."""
+    namespaced, cluster_wide = _candidates(template, policies)
+    best = _best_policy(template, namespaced) or _best_policy(template, cluster_wide)
+    holder = next((p for p in (*namespaced, *cluster_wide)
+                   if _ref(p) == claimed_by and selectors_priority(
+                       template, items(nested(p, "spec", "resourceSelectors"))) > MISMATCH), None)
+    if holder is None or best is None:
+        return best
+    preempting = [p for p in (*namespaced, *cluster_wide) if _preempts(p, holder)
+                  and selectors_priority(template, items(nested(p, "spec", "resourceSelectors")))
+                  > MISMATCH]
+    if not preempting:
+        return holder
+    return (_best_policy(template, [p for p in preempting if p.get("kind") == PROPAGATION_POLICY])
+            or _best_policy(template, preempting))
+
+
+def _ref(policy: Obj) -> str:
+    return f"{policy.get('kind', '')}/{_meta(policy, 'namespace')}/{_meta(policy, 'name')}"
 
 
 def _override_rank(template: Obj, policy: Obj) -> int:
@@ -161,8 +211,15 @@ def compile_template(
     policy: Obj,
     overrides: Sequence[Obj],
     clusters: Sequence[ClusterInfo],
+    *,
+    previous: Previous | None = None,
+    fresh: bool = False,
+    groups: Groups | None = None,
 ) -> PropagationPlan:
-    """Compile a resource template under its propagation policy and the override policies."""
+    """Compile a resource template under its propagation policy and the override policies.
+
+    `previous`: the template's last schedule (see `binding`); `fresh`: schedule as if nothing
+    ran (a rebalance); `groups`: workload (anti-)affinity peers."""
     source = ResourceRef(
         str(template.get("apiVersion", "")), str(template.get("kind", "")),
         _meta(template, "namespace"), _meta(template, "name"),
@@ -178,41 +235,43 @@ def compile_template(
         "preserve_on_deletion": bool(spec.get("preserveResourcesOnDeletion")),
         "dependencies": dependencies(template) if spec.get("propagateDeps") else (),
     }
+    problems = policy_problems(spec)
+    if problems:
+        return PropagationPlan(error_reason=INVALID_POLICY, hold=True,
+                               error_message=f"policy {_ref(policy)} is not applied: "
+                               + "; ".join(problems), **common)
     placement = mapping(spec.get("placement"))
-    decision = karmada_placement(placement, clusters)
-    if not decision.selected:
-        return PropagationPlan(failures=decision.failures, error_reason=decision.reason,
-                               error_message=decision.message, **common)
-    by_name = {c.name: c for c in clusters}
-    selected = [by_name[name] for name in decision.selected]
     total = workload_replicas(template)
-    shares: dict[str, int] | None = None
-    if total:
-        try:
-            shares = karmada_divide(placement.get("replicaScheduling"), total, selected)
-        except ReplicaSchedulingError as err:
-            return PropagationPlan(failures=decision.failures, error_reason=err.reason,
-                                   error_message=err.message, **common)
+    result = schedule(placement, clusters, replicas=total,
+                      request=replica_request(template) if total is not None else None,
+                      previous=previous, fresh=fresh, groups=groups)
+    annotations = {PLACEMENT_ANNOTATION: result.placement, AFFINITY_ANNOTATION:
+                   result.affinity_name}
+    if not result.ok:
+        return PropagationPlan(failures=result.failures, error_reason=result.reason,
+                               error_message=result.message, work_annotations=annotations,
+                               **common)
+    by_name = {c.name: c for c in clusters}
     base = strip_server_fields(thaw(template))
     policies = applicable_overrides(template, overrides)
     field = REPLICA_FIELDS.get(source.kind, "")
     works: list[WorkItem] = []
-    failures = list(decision.failures)
-    for cluster in selected if shares is None else [by_name[n] for n in sorted(shares)]:
+    failures = list(result.failures)
+    for name, share in result.targets.items():
+        cluster = by_name[name]
         obj = thaw(base)
-        replicas = total
-        if shares is not None:
-            replicas = shares[cluster.name]
-            obj.setdefault("spec", {})[field] = replicas
+        if share is not None and field:
+            obj.setdefault("spec", {})[field] = share
         try:
             obj = apply_override_policies(obj, policies, cluster)
         except OverrideError as err:
             failures.append(ClusterFailure(cluster.name, "ApplyOverridesFailed", str(err)))
             continue
         stamp(obj, "karmada", source)
-        works.append(WorkItem(cluster.name, obj, replicas))
+        works.append(WorkItem(cluster.name, obj, share))
     return PropagationPlan(
-        works=tuple(works), failures=tuple(sorted(failures, key=lambda f: f.cluster)), **common
+        works=tuple(works), failures=tuple(sorted(failures, key=lambda f: f.cluster)),
+        work_annotations=annotations, **common
     )
 
 

@@ -2,8 +2,9 @@
 
 Per cluster the object is built as KubeFed's sync controller builds it: `spec.template`, plus the
 target apiVersion/kind and the Federated object's name and namespace (a FederatedNamespace yields
-a Namespace named as the object, without a namespace) → the ReplicaSchedulingPreference's
-replicas, if one applies → that cluster's `clusterOverrides` → the labels
+a Namespace named as the object, without a namespace) → that cluster's `clusterOverrides` →
+the ReplicaSchedulingPreference's replicas, if one applies (they replace a user's
+`/spec/replicas` override, as KubeFed's RSP controller rewrites that override) → the labels
 `kubefed.io/managed: "true"` and `app.kubernetes.io/managed-by: tether` and the annotation
 `tether.io/source`. Field retention (keeping member-assigned values such as a Service's
 clusterIP) needs the member's current object and is the executor's job, not this compiler's.
@@ -12,6 +13,9 @@ With an RSP (same name/namespace, for Deployments and ReplicaSets) the RSP decid
 as KubeFed's RSP controller rewrites `placement.clusters`: the ready clusters — intersected with
 the placement when `intersectWithClusterSelector` is true — each with its planned replica count,
 0 included. Placement failures (not found, not ready) are still reported.
+
+A namespaced Federated object only goes to the clusters its FederatedNamespace is placed in
+(`within_namespace`); the others are left out without a failure, as in KubeFed.
 
 `federate(obj)` is `kubefedctl federate` without a server: the template keeps only
 `metadata.labels` of the metadata; status, apiVersion and kind go; Namespace `spec.finalizers`,
@@ -28,7 +32,7 @@ which is tether's `conflict_resolution="Overwrite"`; pass `adopt_resources=False
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from ._util import items, mapping, nested, thaw
@@ -43,6 +47,7 @@ FEDERATED_VERSION = "v1beta1"
 FEDERATED_API_VERSION = f"{FEDERATED_GROUP}/{FEDERATED_VERSION}"
 ORPHAN_ANNOTATION = "kubefed.io/orphan"
 RSP_KINDS = frozenset({"Deployment", "ReplicaSet"})
+REPLICAS_PATH = "/spec/replicas"
 
 
 class FederatedTypeNames(NamedTuple):
@@ -193,13 +198,19 @@ def compile_federated(
             ))
             continue
         obj = thaw(base)
+        cluster_overrides = overrides.get(cluster, ())
         if cluster in planned:
-            obj.setdefault("spec", {})["replicas"] = planned[cluster]
+            # KubeFed's RSP controller writes its count into the `/spec/replicas` override of
+            # every scheduled cluster, replacing the user's: the RSP's total always holds.
+            cluster_overrides = [o for o in cluster_overrides
+                                 if mapping(o).get("path") != REPLICAS_PATH]
         try:
-            obj = apply_kubefed_overrides(obj, overrides.get(cluster, ()))
+            obj = apply_kubefed_overrides(obj, cluster_overrides)
         except OverrideError as err:
             failures.append(ClusterFailure(cluster, "ApplyOverridesFailed", str(err)))
             continue
+        if cluster in planned:
+            obj.setdefault("spec", {})["replicas"] = planned[cluster]
         stamp(obj, "kubefed", source)
         replicas = nested(obj, "spec", "replicas")
         works.append(WorkItem(cluster, obj, replicas if isinstance(replicas, int) else None))
@@ -212,6 +223,20 @@ def compile_federated(
         conflict_resolution="Overwrite" if adopt_resources else "Abort",
         preserve_on_deletion=orphan,
     )
+
+
+def within_namespace(plan: PropagationPlan, federated_namespace: Obj,
+                     clusters: Sequence[ClusterInfo]) -> PropagationPlan:
+    """A namespaced Federated object's plan bounded by its FederatedNamespace's placement: as
+    KubeFed's sync controller intersects the two, a cluster the namespace is not placed in is
+    simply not a target (no failure: Propagation stays True for the clusters that are)."""
+    decision = kubefed_placement(nested(federated_namespace, "spec", "placement"), clusters)
+    placed = set(decision.selected) | {f.cluster for f in decision.failures
+                                       if f.reason == "ClusterNotReady"}
+    known = {c.name for c in clusters}
+    return replace(plan, works=tuple(w for w in plan.works if w.cluster in placed),
+                   failures=tuple(f for f in plan.failures
+                                  if f.cluster in placed or f.cluster not in known))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,4 +305,5 @@ __all__ = [
     "federate",
     "federated_type_names",
     "kubefed_status",
+    "within_namespace",
 ]

@@ -31,6 +31,7 @@ class Taint:
     key: str
     effect: str  # NoSchedule | PreferNoSchedule | NoExecute
     value: str = ""
+    added_s: float | None = field(default=None, compare=False)  # timeAdded (NoExecute timing)
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,11 @@ class ClusterInfo:
     zones: tuple[str, ...] = ()
     taints: tuple[Taint, ...] = ()
     ready: bool = True
-    # Replicas the cluster could still run (Karmada's dynamic weighting); None when unknown.
+    # Replicas the cluster could still run, when known whatever the workload (tests, estimators);
+    # None: estimate per workload from `resource_summary`.
     available_replicas: int | None = None
+    # status.resourceSummary (allocatable / allocated / allocating), None when not reported
+    resource_summary: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,14 @@ class PropagationPlan:
     # Set when nothing can be planned at all (bad policy, unknown type): the source's condition.
     error_reason: str = ""
     error_message: str = ""
+    # Clusters whose current Work stays exactly as it is (neither written nor deleted): a
+    # graceful eviction in progress, dispatching suspended there. `hold`: every cluster.
+    retained: frozenset[str] = frozenset()
+    hold: bool = False
+    # Per-cluster states worth reporting that are not failures (Evicting, SuspendDispatching).
+    notices: tuple[ClusterFailure, ...] = ()
+    # Annotations every Work of this plan carries (Karmada's binding memory, see `binding`).
+    work_annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def clusters(self) -> tuple[str, ...]:

@@ -13,11 +13,20 @@ KubeFed's reasons, `clusters[]` with `remoteStatus`), plus a `message` per faile
 Namespaced Federated objects need their FederatedNamespace (NamespaceNotFederated otherwise) and
 only go to clusters the namespace is placed in.
 
-Karmada: status aggregated from the members onto the template's `.status` (status subresource),
-unless another controller already owns the template's status (a host that runs its own workload
-controllers): then only the annotation `tether.io/propagation-status` is written, which always
-carries the `Propagated` condition (naming every failed cluster and why), the per-cluster result
-and the aggregated status. Namespaced templates get their namespace created in members.
+Karmada: the annotation `tether.io/propagation-status` always carries the `Propagated` condition
+(naming every failed cluster and why) and per cluster the result and the member's status (what
+Karmada keeps in its ResourceBinding's `aggregatedStatus`). The members' summed status goes onto
+the template's `.status` (status subresource) on a hub without workload controllers, as Karmada
+does, else into the annotation (`template_status` decides, per hub and template). Namespaced
+templates get their namespace created in members.
+
+Deletions never hang (see `finalizing`): a kind is watched while anything of it holds the
+finalizer or has Works, whether or not a policy or an enabled FTC still selects it. A Karmada
+template no policy selects any more keeps its Works (copies stay in the members, no longer
+updated) until it is deleted, as Karmada keeps its binding; a KubeFed type whose propagation is
+disabled is no longer propagated, but deleting one of its objects still removes its copies.
+Alongside, the Karmada side writes each claimed template's ResourceBinding view (`bindings`)
+and propagates dependencies in Works of their own (`depsync`).
 
 Writes are kept to what changed: Works are applied (and deleted) concurrently, at most
 `WORK_WRITES` at a time; a new Work for a push member is created with the executor's finalizer
@@ -54,15 +63,28 @@ from tether.objects.times import rfc3339
 
 from . import works as W
 from ._util import items, mapping, nested, thaw
-from .aggregation import aggregate_status
+from .aggregation import aggregate_status, reflect_status
+from .binding import EVICTION_ANNOTATION, Binding, read_binding
+from .bindings import BindingViews
 from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
+from .dependencies import REQUIRES_ANNOTATION, encode_requires
+from .depsync import DependencySync
+from .failover import FailoverSettings
+from .finalizing import GVK, KindRecord, releasable
 from .karmada import compile_template, match_policy
-from .kubefed import ClusterResult, compile_federated, kubefed_status
-from .metadata import stamp, strip_server_fields
+from .karmada_binding import (
+    BindingStep,
+    Finished,
+    dependent_overrides_missing,
+    workload_groups,
+)
+from .kubefed import ClusterResult, compile_federated, kubefed_status, within_namespace
 from .metrics import HubMetrics
-from .model import ClusterFailure, ClusterInfo, PropagationPlan, ResourceRef, Taint
-from .placement import kubefed_placement
+from .model import ClusterInfo, PropagationPlan, ResourceRef
 from .registry import UNJOIN_ANNOTATION
+from .scheduler import Groups
+from .taints import taints_of
+from .template_status import STATUS, TemplateStatusTarget
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "tether-propagation"
@@ -163,11 +185,7 @@ def cluster_info(cluster: Obj) -> ClusterInfo | None:
     spec = mapping(cluster.get("spec"))
     ready = any(mapping(c).get("type") == "Ready" and mapping(c).get("status") == "True"
                 for c in items(nested(cluster, "status", "conditions")))
-    taints = tuple(
-        Taint(str(mapping(t).get("key", "")), str(mapping(t).get("effect", "")),
-              str(mapping(t).get("value", "")))
-        for t in items(spec.get("taints"))
-    )
+    taints = taints_of(spec.get("taints"))
     return ClusterInfo(
         name=str(meta.get("name", "")),
         labels={str(k): str(v) for k, v in mapping(meta.get("labels")).items()},
@@ -176,6 +194,7 @@ def cluster_info(cluster: Obj) -> ClusterInfo | None:
         zones=tuple(str(z) for z in items(spec.get("zones"))),
         taints=taints,
         ready=ready,
+        resource_summary=mapping(nested(cluster, "status", "resourceSummary")) or None,
     )
 
 
@@ -241,7 +260,10 @@ class _Base(Generic[K]):
         """Apply the desired Works, delete the others — except where the cluster failed only on
         its overrides: a typo in an override must not take the object down, so that cluster
         keeps its last good Work (and the failure is reported)."""
+        if plan.hold:
+            return  # e.g. dispatching suspended: every Work stays as it is
         keep = {f.cluster for f in plan.failures if f.reason == "ApplyOverridesFailed"}
+        keep |= plan.retained  # graceful evictions, clusters with dispatching suspended
         wanted = {(d.namespace, d.name) for d in desired}
         writes: list[Callable[[], Awaitable[Any]]] = []
         for work in desired:
@@ -355,6 +377,9 @@ class _FedType:
     target_scope: str
     informer: Informer
     task: asyncio.Task[None]
+    # no enabled FederatedTypeConfig names the kind any more: objects are no longer propagated,
+    # but deleting one still removes its Works (and with them the member copies)
+    draining: bool = False
 
 
 @dataclass
@@ -363,6 +388,9 @@ class KubeFedController(_Base[FedKey]):
     types: dict[str, _FedType] = field(default_factory=dict)
     ftcs: Informer = field(init=False)
     rsps: Informer = field(init=False)
+    record: KindRecord = field(init=False)
+    kinds: Engine[str] = field(init=False)
+    _work_kinds: dict[ObjectKey, GVK] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -370,6 +398,8 @@ class KubeFedController(_Base[FedKey]):
                              on_event=lambda _e: self._sync_types())
         self.rsps = Informer(self.host, "scheduling.kubefed.io/v1alpha1",
                              "ReplicaSchedulingPreference", on_event=self._on_rsp)
+        self.record = KindRecord(self.host, "kubefed")
+        self.kinds = Engine("kubefed-kinds", self._reconcile_kind)
         self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
         self.shared.work_handlers.append(self._on_work)
 
@@ -380,15 +410,21 @@ class KubeFedController(_Base[FedKey]):
                 group.create_task(self.ftcs.run())
                 group.create_task(self.rsps.run())
                 group.create_task(self.engine.run())
+                group.create_task(self.kinds.run())
+                group.create_task(self._load_record())
                 group.create_task(self._resync())
         finally:
             self._group = None
+
+    async def _load_record(self) -> None:
+        await self.record.load()
+        self._sync_types()
 
     @property
     def synced(self) -> bool:
         # Per-type informers are left out: an FTC naming a type without a CRD must not keep the
         # whole hub unready (that type's objects simply wait).
-        return self.ftcs.synced and self.rsps.synced
+        return self.record.loaded and self.ftcs.synced and self.rsps.synced
 
     def all_keys(self) -> Iterable[FedKey]:
         for kind, fed_type in list(self.types.items()):
@@ -402,8 +438,17 @@ class KubeFedController(_Base[FedKey]):
             fed = mapping(spec.get("federatedType"))
             if spec.get("propagation", "Enabled") == "Enabled" and fed.get("kind"):
                 wanted[str(fed["kind"])] = ftc
-        for kind in [k for k in self.types if k not in wanted]:
-            self.types.pop(kind).task.cancel()
+        if self._group is None:
+            return
+        # Kinds no enabled FTC names: watched on (draining) while objects or Works may need
+        # finalizing; `_reconcile_kind` lets them go.
+        for kind, fed_type in self.types.items():
+            if kind not in wanted:
+                fed_type.draining = True
+                self.kinds.enqueue(kind)
+        for api_version, kind in sorted(self.record.kinds | set(self._work_kinds.values())):
+            if kind not in wanted:
+                self._drain(api_version, kind)
         for kind, ftc in wanted.items():
             spec = mapping(ftc.get("spec"))
             fed, target = mapping(spec.get("federatedType")), mapping(spec.get("targetType"))
@@ -411,8 +456,14 @@ class KubeFedController(_Base[FedKey]):
             group, version = str(target.get("group") or ""), str(target.get("version") or "v1")
             target_av = f"{group}/{version}" if group else version
             current = self.types.get(kind)
-            if current is not None and (current.api_version, current.target_api_version) == (
-                    fed_av, target_av):
+            if current is not None and current.api_version == fed_av and (
+                    current.target_api_version == target_av or current.draining):
+                if current.draining:  # enabled again: propagate its objects again
+                    self.types[kind] = replace(
+                        current, ftc_name=str(nested(ftc, "metadata", "name")),
+                        target_api_version=target_av, target_kind=str(target.get("kind") or ""),
+                        target_scope=str(target.get("scope") or "Namespaced"), draining=False)
+                    self.enqueue_all()
                 continue
             if current is not None:
                 current.task.cancel()
@@ -423,8 +474,46 @@ class KubeFedController(_Base[FedKey]):
                 str(target.get("kind") or ""), str(target.get("scope") or "Namespaced"),
                 informer, self._start(informer))
 
+    def _drain(self, api_version: str, kind: str) -> None:
+        """Watch a Federated kind no enabled FTC names, to finalize what is left of it."""
+        if self._group is None or kind in self.types:
+            return
+        informer = Informer(self.host, api_version, kind,
+                            on_event=functools.partial(self._on_federated, kind))
+        self.types[kind] = _FedType("", api_version, "", "", "", informer, self._start(informer),
+                                    draining=True)
+        self.kinds.enqueue(kind)
+
+    async def _reconcile_kind(self, kind: str) -> None:
+        """Stop watching a draining kind once none of its objects holds the finalizer or has
+        Works."""
+        if not self.record.loaded:
+            raise RequeueAfter(0.5)
+        fed_type = self.types.get(kind)
+        if fed_type is None or not fed_type.draining:
+            return
+        informer = fed_type.informer
+        gvk = (fed_type.api_version, kind)
+        works = sum(1 for g in self._work_kinds.values() if g == gvk)
+        finalized = sum(1 for o in informer.list()
+                        if W.PROPAGATION_FINALIZER in items(nested(o, "metadata", "finalizers")))
+        if informer.synced:
+            for key in informer.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+                self.engine.enqueue((kind, key.namespace, key.name))
+        if releasable(wanted=False, synced=informer.synced, type_gone=_type_gone(informer),
+                      finalized=finalized, works=works):
+            await self.record.discard(gvk)
+            self.types.pop(kind).task.cancel()
+            log.info("no longer watching %s: propagation disabled, nothing left to finalize",
+                     kind)
+        elif not informer.synced:
+            raise RequeueAfter(2.0)
+
     def _on_federated(self, kind: str, event: WatchEvent) -> None:
         self.engine.enqueue((kind, event.key.namespace, event.key.name))
+        fed_type = self.types.get(kind)
+        if fed_type is not None and fed_type.draining:
+            self.kinds.enqueue(kind)
         if kind == "FederatedNamespace":  # the namespace's placement bounds its contents
             namespace = event.key.name
             for other, fed_type in list(self.types.items()):
@@ -441,12 +530,21 @@ class KubeFedController(_Base[FedKey]):
         if found is not None and found[0] == "kubefed":
             ref = found[1]
             self.engine.enqueue((ref.kind, ref.namespace, ref.name))
+            if event.type == "DELETED":
+                self._work_kinds.pop(event.key, None)
+                self.kinds.enqueue(ref.kind)
+            else:
+                self._work_kinds[event.key] = (ref.api_version, ref.kind)
+                if ref.kind not in self.types:
+                    self._drain(ref.api_version, ref.kind)
 
     async def reconcile(self, key: FedKey) -> None:
         kind, namespace, name = key
         fed_type = self.types.get(kind)
         if fed_type is None:
             return
+        if not fed_type.informer.synced and not _type_gone(fed_type.informer):
+            raise RequeueAfter(0.5)  # not listed yet: absent from the cache is not deleted
         fed = fed_type.informer.get(namespace, name)
         ref = ResourceRef(fed_type.api_version, kind, namespace, name)
         existing = self.shared.works_of(ref)
@@ -458,6 +556,9 @@ class KubeFedController(_Base[FedKey]):
             orphan = nested(fed, "metadata", "annotations", "kubefed.io/orphan") == "true"
             await self.finalize(fed, fed_type.api_version, existing, orphan)
             return
+        if fed_type.draining:
+            return  # propagation disabled: left as it is until deleted or enabled again
+        await self.record.add((fed_type.api_version, kind))
         await self.set_finalizer(fed, fed_type.api_version, True)
         clusters = self.shared.cluster_infos()
         rsp = self.rsps.get(namespace, name) if fed_type.target_kind in ("Deployment",
@@ -467,7 +568,7 @@ class KubeFedController(_Base[FedKey]):
                                  current_replicas=W.scheduled_replicas(existing, fed_type.target_kind))
         plan = replace(plan, source=ref)
         if fed_type.target_scope == "Namespaced" and kind != "FederatedNamespace":
-            plan = self._within_namespace(plan, fed, clusters)
+            plan = self._within_namespace(plan, clusters)
         desired = W.desired_works(plan)
         await self.write_works(desired, existing, plan)
         target = ResourceRef(fed_type.target_api_version, fed_type.target_kind,
@@ -475,8 +576,8 @@ class KubeFedController(_Base[FedKey]):
         results = results_for(plan, self.shared.works_of(ref), target, kubefed=True)
         await self._write_status(fed, fed_type, plan, results)
 
-    def _within_namespace(self, plan: PropagationPlan, fed: Obj,
-                          clusters: list[ClusterInfo]) -> PropagationPlan:
+    def _within_namespace(self, plan: PropagationPlan, clusters: list[ClusterInfo]
+                          ) -> PropagationPlan:
         namespace = plan.source.namespace
         fns_type = self.types.get("FederatedNamespace")
         fns = fns_type.informer.get(namespace, namespace) if fns_type is not None else None
@@ -484,18 +585,7 @@ class KubeFedController(_Base[FedKey]):
             return replace(plan, works=(), failures=(), error_reason="NamespaceNotFederated",
                            error_message=f"namespace {namespace!r} is not federated: create the "
                            f"FederatedNamespace {namespace}/{namespace} first")
-        allowed = set(kubefed_placement(nested(fns, "spec", "placement"), clusters).selected)
-        named = {str(mapping(c).get("name")) for c in items(nested(fed, "spec", "placement",
-                                                                    "clusters"))}
-        failures = list(plan.failures)
-        for item in plan.works:
-            if item.cluster not in allowed and item.cluster in named:
-                failures.append(ClusterFailure(
-                    item.cluster, "NamespaceNotFederated",
-                    f"namespace {namespace!r} is not placed in cluster {item.cluster!r} "
-                    "(see its FederatedNamespace's placement)"))
-        return replace(plan, works=tuple(w for w in plan.works if w.cluster in allowed),
-                       failures=tuple(sorted(failures, key=lambda f: f.cluster)))
+        return within_namespace(plan, fns, clusters)
 
     async def _write_status(self, fed: Obj, fed_type: _FedType, plan: PropagationPlan,
                             results: Mapping[str, ClusterResult]) -> None:
@@ -537,22 +627,45 @@ POLICY_API_VERSION = f"{KARMADA_POLICY_GROUP}/v1alpha1"
 @dataclass
 class KarmadaController(_Base[TemplateKey]):
     name: str = "karmada-sync"
-    templates: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
-        default_factory=dict)
+    templates: dict[GVK, tuple[Informer, asyncio.Task[None]]] = field(default_factory=dict)
     policies: dict[str, Informer] = field(init=False)
+    # kinds whose templates carry (or carried) the finalizer, and their watch lifecycle
+    record: KindRecord = field(init=False)
+    kinds: Engine[GVK] = field(init=False)
+    depsync: DependencySync = field(init=False)
+    bindings: BindingViews = field(init=False)
     # per template, what its last event showed apart from tether's own status annotation
     _seen: dict[TemplateKey, str] = field(default_factory=dict, init=False)
     _work_pending: set[TemplateKey] = field(default_factory=set, init=False)
+    failover: FailoverSettings = field(default_factory=FailoverSettings)
+    step: BindingStep = field(init=False)
+    # templates to schedule afresh (WorkloadRebalancer), with who waits for the outcome
+    _fresh: dict[TemplateKey, list[asyncio.Future[str]]] = field(default_factory=dict, init=False)
+    status_target: TemplateStatusTarget | None = None  # None: decided by discovery (auto)
+    _selected: set[GVK] = field(default_factory=set, init=False)  # by a live policy
+    _work_kinds: dict[ObjectKey, GVK] = field(default_factory=dict, init=False)
+    _swept: set[GVK] = field(default_factory=set, init=False)  # orphan Works looked for
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.status_target is None:
+            self.status_target = TemplateStatusTarget(self.host)
         self.policies = {
             kind: Informer(self.host, POLICY_API_VERSION, kind, on_event=self._on_policy)
             for kind in ("PropagationPolicy", "ClusterPropagationPolicy", "OverridePolicy",
                          "ClusterOverridePolicy")
         }
+        self.record = KindRecord(self.host, "karmada")
+        self.kinds = Engine("karmada-kinds", self._reconcile_kind)
+        self.depsync = DependencySync(self.host, self.shared, self,
+                                      on_dependency=self._on_dependency)
+        self.bindings = BindingViews(self.host, template_of=self._template,
+                                     policy_of=self._policy_for, works_of=self.shared.works_of,
+                                     report_of=_report, now=lambda: rfc3339(time.time()))
         self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
         self.shared.work_handlers.append(self._on_work)
+        self.step = BindingStep(self.failover, time.time)
+        self.shared.work_handlers.append(self.depsync.on_work)
 
     async def run(self) -> None:
         try:
@@ -561,15 +674,23 @@ class KarmadaController(_Base[TemplateKey]):
                 for informer in self.policies.values():
                     group.create_task(informer.run())
                 group.create_task(self.engine.run())
+                group.create_task(self.kinds.run())
+                group.create_task(self.depsync.run())
+                group.create_task(self.bindings.run())
+                group.create_task(self._load_record())
                 group.create_task(self._resync())
         finally:
             self._group = None
+
+    async def _load_record(self) -> None:
+        await self.record.load()
+        self._sync_templates()
 
     @property
     def synced(self) -> bool:
         # Template informers are left out, as for KubeFed's types: a selector naming a kind the
         # host does not serve must not keep the whole hub unready.
-        return all(i.synced for i in self.policies.values())
+        return self.record.loaded and all(i.synced for i in self.policies.values())
 
     def all_keys(self) -> Iterable[TemplateKey]:
         for (api_version, kind), (informer, _) in list(self.templates.items()):
@@ -582,18 +703,62 @@ class KarmadaController(_Base[TemplateKey]):
         self.enqueue_all()
 
     def _sync_templates(self) -> None:
-        wanted: set[tuple[str, str]] = set()
+        """Watch the kinds policies select, and keep watching the kinds still holding the
+        finalizer or Works (a kind is only let go by `_reconcile_kind`)."""
+        wanted: set[GVK] = set()
         for kind in ("PropagationPolicy", "ClusterPropagationPolicy"):
             for policy in self.policies[kind].list():
                 for selector in items(nested(policy, "spec", "resourceSelectors")):
                     sel = mapping(selector)
                     if sel.get("apiVersion") and sel.get("kind"):
                         wanted.add((str(sel["apiVersion"]), str(sel["kind"])))
-        for gvk in [g for g in self.templates if g not in wanted]:
+        self._selected = wanted
+        if self._group is None:
+            return
+        keep = wanted | self.record.kinds | set(self._work_kinds.values())
+        for gvk in sorted(keep - set(self.templates)):
+            self._watch(gvk)
+        for gvk in self.templates:
+            self.kinds.enqueue(gvk)
+
+    def _watch(self, gvk: GVK) -> None:
+        if self._group is None or gvk in self.templates:
+            return
+        informer = Informer(self.host, gvk[0], gvk[1], on_event=self._on_template)
+        self.templates[gvk] = (informer, self._start(informer))
+        self.kinds.enqueue(gvk)
+
+    async def _reconcile_kind(self, gvk: GVK) -> None:
+        """Once a kind's templates are listed, find Works whose template went while the hub was
+        not watching (the template's reconcile deletes them); and when no policy selects the
+        kind any more, stop watching it once none of its templates holds the finalizer or has
+        Works."""
+        if not self.record.loaded:
+            raise RequeueAfter(0.5)
+        entry = self.templates.get(gvk)
+        if entry is None:
+            return
+        informer = entry[0]
+        works = [k for k, g in self._work_kinds.items() if g == gvk]
+        selected = gvk in self._selected
+        if informer.synced and gvk not in self._swept:
+            self._swept.add(gvk)
+            for work_key in works:
+                work = self.shared.works.get(work_key.namespace, work_key.name)
+                found = W.work_source(work) if work is not None else None
+                if found is not None and informer.get(found[1].namespace, found[1].name) is None:
+                    self.engine.enqueue(_template_key(found[1]))
+        finalized = sum(1 for t in informer.list()
+                        if W.PROPAGATION_FINALIZER in items(nested(t, "metadata", "finalizers")))
+        if releasable(wanted=selected, synced=informer.synced, type_gone=_type_gone(informer),
+                      finalized=finalized, works=len(works)):
+            await self.record.discard(gvk)
             self.templates.pop(gvk)[1].cancel()
-        for api_version, kind in sorted(wanted - set(self.templates)):
-            informer = Informer(self.host, api_version, kind, on_event=self._on_template)
-            self.templates[(api_version, kind)] = (informer, self._start(informer))
+            self._swept.discard(gvk)
+            log.info("no longer watching %s %s: no policy selects it, nothing left to finalize",
+                     gvk[1], gvk[0])
+        elif not informer.synced and (works or not selected):
+            raise RequeueAfter(2.0)  # not listed yet: look again then
 
     def _on_template(self, event: WatchEvent) -> None:
         obj = event.object
@@ -607,12 +772,21 @@ class KarmadaController(_Base[TemplateKey]):
                 return  # only the status annotation (tether's own write) changed
             self._seen[key] = seen
         self.engine.enqueue(key)
+        if key[:2] not in self._selected:
+            self.kinds.enqueue(key[:2])
 
     def _on_work(self, event: WatchEvent) -> None:
         found = W.work_source(event.object)
         if found is not None and found[0] == "karmada":
             ref = found[1]
             key = (ref.api_version, ref.kind, ref.namespace, ref.name)
+            if event.type == "DELETED":
+                self._work_kinds.pop(event.key, None)
+                if key[:2] not in self._selected:
+                    self.kinds.enqueue(key[:2])
+            else:
+                self._work_kinds[event.key] = key[:2]
+                self._watch(key[:2])
             if key in self._work_pending:
                 return
             self._work_pending.add(key)
@@ -622,59 +796,178 @@ class KarmadaController(_Base[TemplateKey]):
         entry = self.templates.get((key[0], key[1]))
         return entry[0].get(key[2], key[3]) if entry is not None else None
 
+    def _policy_for(self, template: Obj) -> Mapping[str, Any] | None:
+        return match_policy(template, [*self.policies["PropagationPolicy"].list(),
+                                       *self.policies["ClusterPropagationPolicy"].list()])
+
     async def reconcile(self, key: TemplateKey) -> None:
         self._work_pending.discard(key)
         api_version, kind, namespace, name = key
         ref = ResourceRef(api_version, kind, namespace, name)
-        existing = self.shared.works_of(ref)
-        template = self._template(key)
         if namespace in SKIPPED_NAMESPACES or namespace.startswith("tether-"):
             return
+        entry = self.templates.get((api_version, kind))
+        if entry is None or (not entry[0].synced and not _type_gone(entry[0])):
+            # not listed yet (or not watched: Works of the kind start its watch): a template
+            # missing from the cache is not a deleted one
+            self._watch((api_version, kind))
+            raise RequeueAfter(0.5)
+        existing = self.shared.works_of(ref)
+        template = entry[0].get(namespace, name)
+        self.bindings.enqueue(key)
         if template is None:
+            self.step.forget(key)
+            self._rebalanced(key, "ReferencedBindingNotFound")
             for work in existing:
                 await self.delete_work(work)
             return
         finalizers = items(nested(template, "metadata", "finalizers"))
         if nested(template, "metadata", "deletionTimestamp"):
-            if W.PROPAGATION_FINALIZER in finalizers:
+            if W.PROPAGATION_FINALIZER in finalizers or existing:
                 await self.finalize(template, api_version, existing, None)
             return
         policies = [*self.policies["PropagationPolicy"].list(),
                     *self.policies["ClusterPropagationPolicy"].list()]
-        policy = match_policy(template, policies)
+        binding = read_binding(template, existing)
+        policy = match_policy(template, policies, binding.policy)
         if policy is None:
             # No policy claims it (any more): stop propagating, leave member objects in place.
-            if existing or W.PROPAGATION_FINALIZER in finalizers:
-                await self.finalize(template, api_version, existing, True)
+            self._rebalanced(key, "ReferencedBindingNotFound")
+            await self._unclaimed(template, existing)
             return
+        await self.record.add((api_version, kind))
         await self.set_finalizer(template, api_version, True)
         overrides = [*self.policies["OverridePolicy"].list(),
                      *self.policies["ClusterOverridePolicy"].list()]
         source = thaw(template)
-        source.get("metadata", {}).get("annotations", {}).pop(STATUS_ANNOTATION, None)
-        plan = compile_template(source, policy, overrides, self.shared.cluster_infos())
-        deps, missing = await self._dependencies(plan)
+        for tether_annotation in (STATUS_ANNOTATION, EVICTION_ANNOTATION):
+            source.get("metadata", {}).get("annotations", {}).pop(tether_annotation, None)
+        finished = await self._bind(key, template, source, policy, policies, overrides, binding)
+        plan = finished.plan
+        await self.write_works(finished.desired, existing, plan)
+        if finished.tasks_annotation is not None:
+            await self._write_tasks(template, finished.tasks_annotation)
+        await self._write_status(template, plan, self.shared.works_of(ref))
+        self._rebalanced(key, "Successful" if not plan.error_reason else "Failed")
+        if finished.recheck_at is not None:
+            raise RequeueAfter(max(finished.recheck_at - time.time(), 0.05))
+
+    async def _bind(self, key: TemplateKey, template: Obj, source: Mapping[str, Any],
+                    policy: Mapping[str, Any],
+                    policies: list[Obj], overrides: list[Obj],
+                    binding: Binding) -> Finished:
+        """Schedule and compile the template, with Karmada's binding step around it
+        (`karmada_binding`): failover, suspension, Lazy activation, dependentOverrides."""
+        infos = self.shared.cluster_infos()
+        ref = ResourceRef(*key)
+        groups = Groups()
+        if nested(policy, "spec", "placement", "workloadAffinity"):
+            groups = workload_groups(template, policy, self._peers(key, policies))
+        prepared = self.step.prepare(key, ref, policy, binding, infos,
+                                     {i.name: i for i in infos}, groups)
+        plan = compile_template(source, policy, overrides, infos, previous=prepared.previous,
+                                fresh=key in self._fresh, groups=groups)
+        missing = await self.depsync.missing(plan.dependencies)
         if missing:
             plan = replace(plan, error_reason="DependencyNotFound",
-                           error_message="missing dependencies: " + ", ".join(missing))
-        desired = W.desired_works(plan, extra_manifests=deps, ensure_namespace=bool(namespace))
-        await self.write_works(desired, existing, plan)
-        await self._write_status(template, plan, self.shared.works_of(ref))
+                           error_message="missing dependencies: " + ", ".join(
+                               f"{d.kind} {d.namespace}/{d.name}" for d in missing))
+        return self.step.finish(
+            plan, prepared, binding, template, policy,
+            lambda p: self._requiring(W.desired_works(p, ensure_namespace=bool(key[2])), p),
+            dependent_overrides_missing(policy, overrides))
 
-    async def _dependencies(self, plan: PropagationPlan) -> tuple[list[Obj], list[str]]:
-        found: list[Obj] = []
-        missing: list[str] = []
-        for dep in plan.dependencies:
-            try:
-                obj = await self.host.get(dep.api_version, dep.kind, dep.name, dep.namespace)
-            except NotFound:
-                missing.append(f"{dep.kind} {dep.namespace}/{dep.name}")
+    def _peers(self, key: TemplateKey, policies: list[Obj]
+               ) -> Iterable[tuple[Obj, Mapping[str, Any] | None, frozenset[str]]]:
+        for (api_version, kind), (informer, _) in list(self.templates.items()):
+            for peer in informer.list():
+                meta = mapping(peer.get("metadata"))
+                peer_key = (api_version, kind, str(meta.get("namespace") or ""),
+                            str(meta.get("name")))
+                if peer_key == key or meta.get("namespace") != key[2]:
+                    continue
+                works = self.shared.works_of(ResourceRef(*peer_key))
+                claim = read_binding(peer, works)
+                yield peer, match_policy(peer, policies, claim.policy), frozenset(claim.scheduled)
+
+    async def _write_tasks(self, template: Obj, value: str) -> None:
+        meta = mapping(template.get("metadata"))
+        try:
+            await self.host.patch(str(template.get("apiVersion")), str(template.get("kind")),
+                                  str(meta.get("name")),
+                                  {"metadata": {"annotations": {EVICTION_ANNOTATION: value or None}}},
+                                  namespace=str(meta.get("namespace") or "") or None,
+                                  field_manager=FIELD_MANAGER)
+        except NotFound:
+            pass
+
+    def rebalance(self, key: TemplateKey) -> asyncio.Future[str]:
+        """Schedule the template afresh at its next reconcile (a WorkloadRebalancer); the future
+        gets "Successful", "Failed" or "ReferencedBindingNotFound"."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._fresh.setdefault(key, []).append(future)
+        self.engine.enqueue(key)
+        return future
+
+    def _rebalanced(self, key: TemplateKey, result: str) -> None:
+        for future in self._fresh.pop(key, []):
+            if not future.done():
+                future.set_result(result)
+
+    async def _unclaimed(self, template: Obj, existing: list[Obj]) -> None:
+        """No policy selects the template (any more). As Karmada keeps a ResourceBinding until
+        its template is gone, the copies in the members stay (no longer updated) and the
+        finalizer with them, so deleting the template later still removes them; a template
+        without Works lets the finalizer go."""
+        api_version = str(template.get("apiVersion"))
+        if not existing:
+            await self.set_finalizer(template, api_version, False)
+            return
+        await self.record.add((api_version, str(template.get("kind"))))
+        await self.set_finalizer(template, api_version, True)
+        clusters = sorted(W.work_cluster(w) for w in existing)
+        cond: Obj = {"type": PROPAGATED, "status": "False", "reason": "PolicyNotFound",
+                     "message": "no PropagationPolicy or ClusterPropagationPolicy selects this "
+                     f"template: its copies in {', '.join(clusters)} are kept, no longer "
+                     "updated, and removed when it is deleted",
+                     "lastTransitionTime": rfc3339(time.time())}
+        old = _report(template)
+        [cond] = _keep_times([cond], old.get("conditions"))
+        report = {**old, "conditions": [cond]}
+        if W.strip_volatile(old) != W.strip_volatile(report):
+            await self._patch_report(template, report)
+
+    async def _patch_report(self, template: Obj, report: Obj) -> None:
+        meta = mapping(template.get("metadata"))
+        text = json.dumps(report, separators=(",", ":"), sort_keys=True)
+        try:
+            await self.host.patch(str(template.get("apiVersion")), str(template.get("kind")),
+                                  str(meta.get("name")),
+                                  {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
+                                  namespace=str(meta.get("namespace") or "") or None,
+                                  field_manager=FIELD_MANAGER)
+        except NotFound:
+            pass
+
+    def _requiring(self, desired: list[W.DesiredWork], plan: PropagationPlan
+                   ) -> list[W.DesiredWork]:
+        """The template's Works, naming the dependencies they need (propagateDeps): those
+        travel in Works of their own (`depsync`), kept while any Work requires them."""
+        needs = encode_requires(plan.dependencies)
+        out = []
+        for work in desired:
+            current = self.shared.works.get(work.namespace, work.name)
+            if not needs and not nested(current, "metadata", "annotations", REQUIRES_ANNOTATION):
+                out.append(work)
                 continue
-            manifest = strip_server_fields(thaw(obj))
-            if dep.kind == "ServiceAccount":
-                manifest.pop("secrets", None)
-            found.append(stamp(manifest, "karmada", plan.source))
-        return found, missing
+            body = thaw(work.body)
+            body["metadata"]["annotations"][REQUIRES_ANNOTATION] = needs
+            out.append(replace(work, body=body))
+        return out
+
+    def _on_dependency(self, templates: Iterable[ResourceRef]) -> None:
+        for ref in templates:
+            self.engine.enqueue(_template_key(ref))
 
     async def _write_status(self, template: Obj, plan: PropagationPlan,
                             existing: list[Obj]) -> None:
@@ -687,6 +980,14 @@ class KarmadaController(_Base[TemplateKey]):
                              "reason": failure.reason, "message": failure.message})
             problems.append(f"{failure.cluster}: {failure.reason}: {failure.message}")
         pending: list[str] = []
+        notices = {n.cluster: n for n in plan.notices}
+        for notice in plan.notices:
+            if not any(w.cluster == notice.cluster for w in plan.works):
+                work = by_cluster.get(notice.cluster)
+                applied = W.condition(work, W.APPLIED)
+                clusters.append({"name": notice.cluster, "reason": notice.reason,
+                                 "message": notice.message,
+                                 "applied": bool(applied and applied.get("status") == "True")})
         for item in plan.works:
             result = results.get(item.cluster)
             entry: Obj = {"name": item.cluster, "applied": bool(result and result.applied)}
@@ -698,6 +999,9 @@ class KarmadaController(_Base[TemplateKey]):
                 problems.append(f"{item.cluster}: {result.reason}: {result.message}")
             if item.replicas is not None:
                 entry["replicas"] = item.replicas
+            if item.cluster in notices and "reason" not in entry:
+                entry.update(reason=notices[item.cluster].reason,
+                             message=notices[item.cluster].message)
             clusters.append(entry)
         clusters.sort(key=lambda e: str(e["name"]))
         if plan.error_reason:
@@ -712,19 +1016,31 @@ class KarmadaController(_Base[TemplateKey]):
         else:
             cond = {"type": PROPAGATED, "status": "True", "reason": "Propagated",
                     "message": f"applied in {len(plan.works)} cluster(s)"}
+        if plan.notices:
+            if plan.hold and not plan.error_reason:
+                cond["reason"] = plan.notices[0].reason
+            cond["message"] = "; ".join([str(cond["message"]), *(
+                f"{n.cluster}: {n.reason}: {n.message}" for n in plan.notices)])
         cond["lastTransitionTime"] = rfc3339(time.time())
         member_status = {
             c: W.member_status_for_aggregation(by_cluster.get(c), plan.source,
                                                W.generation(template))
             for c in plan.clusters}
+        for entry in clusters:
+            reflected = reflect_status(template, member_status.get(str(entry["name"])))
+            if reflected is not None:
+                entry["status"] = reflected
         aggregated = aggregate_status(template, member_status) if plan.works else None
+        assert self.status_target is not None
+        to_status = aggregated is not None and await self.status_target.for_template(
+            template, FIELD_MANAGER) == STATUS
         old_raw = nested(template, "metadata", "annotations", STATUS_ANNOTATION)
         old: Obj = {}
         with contextlib.suppress(TypeError, ValueError):
             old = json.loads(str(old_raw)) if old_raw else {}
         [cond] = _keep_times([cond], old.get("conditions"))
         report: Obj = {"conditions": [cond], "clusters": clusters}
-        if aggregated is not None:
+        if aggregated is not None and not to_status:
             report["aggregatedStatus"] = aggregated
         meta = mapping(template.get("metadata"))
         target_ns = str(meta.get("namespace") or "") or None
@@ -734,7 +1050,7 @@ class KarmadaController(_Base[TemplateKey]):
                                   str(meta.get("name")),
                                   {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
                                   namespace=target_ns, field_manager=FIELD_MANAGER)
-        if aggregated is None or _foreign_status_owner(template):
+        if aggregated is None or not to_status:
             return
         status = {**aggregated, "conditions": _merge_condition(
             nested(template, "status", "conditions"), cond)}
@@ -749,6 +1065,23 @@ class KarmadaController(_Base[TemplateKey]):
         except KubeError as exc:
             if exc.code not in (404, 405):  # kinds without a status subresource
                 raise
+
+
+def _template_key(ref: ResourceRef) -> TemplateKey:
+    return (ref.api_version, ref.kind, ref.namespace, ref.name)
+
+
+def _type_gone(informer: Informer) -> bool:
+    """Whether the host stopped serving the informer's type (its CRD was deleted)."""
+    return not informer.synced and isinstance(informer.last_error, NotFound)
+
+
+def _report(template: Obj) -> Obj:
+    raw = nested(template, "metadata", "annotations", STATUS_ANNOTATION)
+    with contextlib.suppress(TypeError, ValueError):
+        found = json.loads(str(raw)) if raw else {}
+        return found if isinstance(found, dict) else {}
+    return {}
 
 
 def _template_fingerprint(template: Obj) -> str:
@@ -766,15 +1099,6 @@ def _template_fingerprint(template: Obj) -> str:
 def _merge_condition(conditions: Any, cond: Obj) -> list[Obj]:
     out = [thaw(c) for c in items(conditions) if mapping(c).get("type") != cond["type"]]
     return [*out, cond]
-
-
-def _foreign_status_owner(template: Obj) -> bool:
-    """Whether a controller on the host (not tether) writes this template's status."""
-    for entry in items(nested(template, "metadata", "managedFields")):
-        e = mapping(entry)
-        if e.get("subresource") == "status" and e.get("manager") != FIELD_MANAGER:
-            return True
-    return False
 
 
 __all__ = [

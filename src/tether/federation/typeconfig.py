@@ -125,6 +125,11 @@ def match_type(name: str, types: Sequence[ApiType]) -> ApiType:
     if len(matched) > 1:
         exact = [t for t in matched if t.qualified_name == name.lower()]
         matched = exact or matched
+    if len({t.group for t in matched}) > 1:
+        # As kubectl's group priorities do: Kubernetes' own groups come before any CRD's
+        # (`networkpolicies` is networking.k8s.io's, not Calico's crd.projectcalico.org one).
+        own = [t for t in matched if _kubernetes_group(t.group)]
+        matched = own or matched
     if not matched:
         raise FederationTypeError(unknown_type_message(name))
     if len({t.qualified_name for t in matched}) > 1:
@@ -133,6 +138,11 @@ def match_type(name: str, types: Sequence[ApiType]) -> ApiType:
                          "give the group-qualified plural name, e.g. " + sorted(
                              {t.qualified_name for t in matched})[0])
     return matched[0]
+
+
+def _kubernetes_group(group: str) -> bool:
+    """Groups kube-apiserver serves itself: the core group, dotless ones (apps, batch) and *.k8s.io."""
+    return "." not in group or group.endswith(".k8s.io")
 
 
 async def resolve_type(client: KubeClient, name: str) -> ApiType:

@@ -6,7 +6,7 @@ import base64
 import os
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,56 +137,172 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def _named(items: list[dict[str, Any]] | None, name: str, what: str, source: Path) -> dict[str, Any]:
-    for item in items or []:
-        if item.get("name") == name:
-            value = item.get(what, {})
-            return value if isinstance(value, dict) else {}
-    raise KubeconfigError(f"{what} {name!r} not found in {source}")
-
-
-def _data(section: dict[str, Any], key: str, base: Path) -> bytes | None:
+def _data(section: Mapping[str, Any], key: str, base: Path) -> bytes | None:
     if section.get(f"{key}-data"):
         return base64.b64decode(section[f"{key}-data"])
     if section.get(key):
-        path = Path(os.path.expanduser(section[key]))
-        return (path if path.is_absolute() else base / path).read_bytes()
+        return _resolve(section[key], base).read_bytes()
     return None
 
 
-def default_kubeconfig_path() -> Path:
-    env = os.environ.get("KUBECONFIG", "")
-    first = env.split(os.pathsep)[0] if env else ""
-    return Path(first) if first else Path.home() / ".kube" / "config"
+def _resolve(value: str, base: Path) -> Path:
+    """A path as kubectl reads it: relative to the directory of the file that holds it."""
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else base / path
+
+
+# which files, and how they merge ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Entry:
+    """One named cluster, user or context, with the directory its relative paths resolve against."""
+
+    value: Mapping[str, Any]
+    base: Path
+
+
+@dataclass(frozen=True)
+class MergedKubeconfig:
+    """The view kubectl takes of several kubeconfig files: for every map key (a cluster, user or
+    context name) the first file to set it wins, and `current-context` comes from the first file
+    that sets one."""
+
+    sources: tuple[Path, ...]
+    current_context: str = ""
+    clusters: Mapping[str, Entry] = field(default_factory=dict)
+    users: Mapping[str, Entry] = field(default_factory=dict)
+    contexts: Mapping[str, Entry] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        return ", ".join(str(s) for s in self.sources) or "(no kubeconfig file)"
+
+
+def kubeconfig_paths(explicit: Path | None = None,
+                     environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """The files to read, in precedence order: `explicit` (`--kubeconfig`) alone, else every
+    entry of `$KUBECONFIG` (empty entries and repeats dropped), else `~/.kube/config`."""
+    if explicit is not None:
+        return (explicit,)
+    env = os.environ if environ is None else environ
+    paths: list[Path] = []
+    for part in env.get("KUBECONFIG", "").split(os.pathsep):
+        if part and Path(part) not in paths:
+            paths.append(Path(part))
+    return tuple(paths) or (Path.home() / ".kube" / "config",)
+
+
+def default_kubeconfig_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The file new entries go to, as kubectl chooses it: the first of `$KUBECONFIG` that
+    exists, else its first entry (or `~/.kube/config`)."""
+    paths = kubeconfig_paths(None, environ)
+    return next((p for p in paths if p.exists()), paths[0])
+
+
+def _named_section(doc: Mapping[str, Any], section: str, what: str, source: Path) -> list[tuple[str, Mapping[str, Any]]]:
+    items = doc.get(section) or []
+    if not isinstance(items, list):
+        raise KubeconfigError(f"{source}: {section} must be a list")
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise KubeconfigError(f"{source}: every entry of {section} needs a name")
+        value = item.get(what) or {}
+        out.append((item["name"], value if isinstance(value, dict) else {}))
+    return out
+
+
+def merge_kubeconfigs(docs: Sequence[tuple[Path, Mapping[str, Any]]]) -> MergedKubeconfig:
+    """Merge parsed kubeconfig files, given in precedence order, as kubectl does."""
+    current = ""
+    sections: dict[str, dict[str, Entry]] = {"clusters": {}, "users": {}, "contexts": {}}
+    singular = {"clusters": "cluster", "users": "user", "contexts": "context"}
+    for source, doc in docs:
+        if not isinstance(doc, Mapping):
+            raise KubeconfigError(f"{source} is not a kubeconfig (expected a mapping)")
+        if not current and doc.get("current-context"):
+            current = str(doc["current-context"])
+        for section, entries in sections.items():
+            for name, value in _named_section(doc, section, singular[section], source):
+                entries.setdefault(name, Entry(value, source.parent))
+    return MergedKubeconfig(tuple(p for p, _ in docs), current, sections["clusters"],
+                            sections["users"], sections["contexts"])
+
+
+def read_kubeconfig(path: Path | None = None, environ: Mapping[str, str] | None = None) -> MergedKubeconfig:
+    """Read and merge the kubeconfig files kubectl would: an explicit `path` must exist; files
+    of `$KUBECONFIG` that do not are skipped."""
+    paths = kubeconfig_paths(path, environ)
+    docs: list[tuple[Path, Mapping[str, Any]]] = []
+    for source in paths:
+        try:
+            text = source.read_text()
+        except FileNotFoundError:
+            if path is not None:
+                raise KubeconfigError(f"cannot read kubeconfig {source}: no such file") from None
+            continue
+        except OSError as exc:
+            raise KubeconfigError(f"cannot read kubeconfig {source}: {exc.strerror}") from None
+        try:
+            doc = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise KubeconfigError(f"{source} is not valid YAML: {exc}") from None
+        docs.append((source, doc))
+    if not docs:
+        listed = os.pathsep.join(str(p) for p in paths)
+        raise KubeconfigError(f"no kubeconfig: none of {listed} exists (set KUBECONFIG, or pass "
+                              "--kubeconfig)")
+    return merge_kubeconfigs(docs)
+
+
+def credentials_for(config: MergedKubeconfig, context: str | None = None) -> ClusterCredentials:
+    """What a client needs for `context` (default: the current context) of merged kubeconfigs."""
+    name = context or config.current_context
+    if not name:
+        raise KubeconfigError(f"{config.where}: no current-context; pass a context name (--context)")
+    ctx = config.contexts.get(name)
+    if ctx is None:
+        known = ", ".join(sorted(config.contexts)) or "none"
+        raise KubeconfigError(f"context {name!r} not found in {config.where} (contexts: {known})")
+    cluster_name = str(ctx.value.get("cluster", ""))
+    cluster = config.clusters.get(cluster_name)
+    if cluster is None:
+        raise KubeconfigError(f"context {name!r} names cluster {cluster_name!r}, which is not in "
+                              f"{config.where}")
+    user_name = str(ctx.value.get("user") or "")
+    user = config.users.get(user_name) if user_name else Entry({}, cluster.base)
+    if user is None:
+        raise KubeconfigError(f"context {name!r} names user {user_name!r}, which is not in "
+                              f"{config.where}")
+    token = user.value.get("token")
+    if not token and user.value.get("tokenFile"):
+        try:
+            token = _resolve(str(user.value["tokenFile"]), user.base).read_text().strip()
+        except OSError as exc:
+            raise KubeconfigError(f"user {user_name!r}: cannot read tokenFile: {exc.strerror}") from None
+    try:
+        ca = _data(cluster.value, "certificate-authority", cluster.base)
+        cert = _data(user.value, "client-certificate", user.base)
+        key = _data(user.value, "client-key", user.base)
+    except OSError as exc:
+        raise KubeconfigError(f"context {name!r}: cannot read {exc.filename}: {exc.strerror}") from None
+    return ClusterCredentials(
+        context=name,
+        server=str(cluster.value.get("server", "")).rstrip("/"),
+        namespace=str(ctx.value.get("namespace") or "default"),
+        ca_pem=ca,
+        insecure=bool(cluster.value.get("insecure-skip-tls-verify")),
+        client_cert_pem=cert,
+        client_key_pem=key,
+        token=token,
+        proxy_url=str(cluster.value["proxy-url"]) if cluster.value.get("proxy-url") else None,
+    )
 
 
 def load_kubeconfig(path: Path | None = None, context: str | None = None) -> ClusterCredentials:
-    source = path or default_kubeconfig_path()
-    try:
-        doc = yaml.safe_load(source.read_text()) or {}
-    except OSError as exc:
-        raise KubeconfigError(f"cannot read kubeconfig {source}: {exc.strerror}") from None
-    name = context or doc.get("current-context") or ""
-    if not name:
-        raise KubeconfigError(f"{source} has no current-context; pass a context name")
-    ctx = _named(doc.get("contexts"), name, "context", source)
-    cluster = _named(doc.get("clusters"), ctx.get("cluster", ""), "cluster", source)
-    user = _named(doc.get("users"), ctx.get("user", ""), "user", source) if ctx.get("user") else {}
-    base = source.parent
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        token = Path(user["tokenFile"]).read_text().strip()
-    return ClusterCredentials(
-        context=name,
-        server=str(cluster.get("server", "")).rstrip("/"),
-        namespace=str(ctx.get("namespace") or "default"),
-        ca_pem=_data(cluster, "certificate-authority", base),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        client_cert_pem=_data(user, "client-certificate", base),
-        client_key_pem=_data(user, "client-key", base),
-        token=token,
-        proxy_url=str(cluster["proxy-url"]) if cluster.get("proxy-url") else None,
-    )
+    """Credentials for `context` from `path` (`--kubeconfig`), else from every file of
+    `$KUBECONFIG` merged as kubectl merges them, else from `~/.kube/config`."""
+    return credentials_for(read_kubeconfig(path), context)
 
 
 # in-cluster --------------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""One local cluster: storage, the API server over HTTPS, and its built-in controllers."""
+"""One local cluster: storage, the API server over HTTPS, and its built-in controllers.
+
+Its role (`local/roles.py`) decides the rest: a full cluster also runs nodes, kubelets and the
+workload and Service controllers; an API-only hub runs only what an API server does itself.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tether.local import components
+from tether.local import components, roles
 from tether.local import tokens as sa_tokens
 from tether.local.api import ApiServer, token_checker
 from tether.local.controllers import LocalControllers
@@ -47,6 +51,7 @@ class ClusterConfig:
     index: int | None = None  # preferred address-range index; claimed machine-wide at start
     nodes: int = 1
     netns: bool | None = None  # network namespaces (root); None: the mode kept in data_dir
+    role: str | None = None  # roles.CLUSTER or roles.HUB; None: the role kept in data_dir
     # per client address: connections without valid credentials yet (see tether.net.connections)
     max_unauthenticated_per_address: int = ConnectionLimits().max_unauthenticated_per_address
 
@@ -63,11 +68,16 @@ def server_ssl_context(pki: ClusterPki) -> ssl.SSLContext:
 class LocalCluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
+        self.role = roles.choose_role(config.data_dir, config.role)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         config.data_dir.chmod(0o700)  # it holds every Secret (state.db) and the cluster's keys
+        roles.remember_role(config.data_dir, self.role)
         self.pki = ensure_cluster_pki(config.data_dir / "pki", config.name)
         self.store = Store(config.data_dir / "state.db", compact_keep=config.compact_keep)
-        self.registry = Registry.with_builtins()
+        # metrics.k8s.io comes from kubelets (metrics-server's APIService on real clusters): a hub
+        # has none, so it does not serve the group, as Karmada's API server does not.
+        self.registry = Registry.with_builtins(
+            exclude_groups=("metrics.k8s.io",) if self.role == roles.HUB else ())
         self.ops = Operations(self.store, self.registry)
         self.ops.load_crds()
         # RBAC: decisions read an index the store keeps current; RBAC writes are checked for
@@ -89,7 +99,7 @@ class LocalCluster:
         self.network = ClusterNetwork.of(self._index.index, mode)
         # Where cluster addresses live (host loopback or namespaces): every part that binds or
         # dials one goes through it.
-        self.fabric = fabric_for(self.network, config.nodes, owner=owner_tag(config.data_dir))
+        self.fabric = fabric_for(self.network, self.node_count, owner=owner_tag(config.data_dir))
         # An isolated API server listens only inside the cluster's network (its router
         # namespace): its own nodes and pods reach it, nothing on the host side does.
         self.api_host = config.host
@@ -103,13 +113,19 @@ class LocalCluster:
         self.pki = ensure_cluster_pki(config.data_dir / "pki", config.name, extra_ips=extra_ips)
         self._write_network()
         self.controllers = LocalControllers(self.ops)
-        # Long-running parts beyond the core (workload controllers, nodes, kubelets, services):
-        # each is an object with `async def run()`, supervised with the rest in run().
+        # Long-running parts beyond the core (workload controllers, nodes, kubelets, services;
+        # on a hub only the API server's own): each is an object with `async def run()`,
+        # supervised with the rest in run().
         self.kubelet: Any = None  # set by the kubelet component; streaming handlers use it
         self.components: list[Component] = components.build(self)
         self._http = HttpServer(self.api.handle, host=config.host, port=self._wanted_port(),
                                 ssl_context=server_ssl_context(self.pki), limits=self._limits())
         self.started = asyncio.Event()
+
+    @property
+    def node_count(self) -> int:
+        """Nodes this cluster runs: none on an API-only hub."""
+        return 0 if self.role == roles.HUB else self.config.nodes
 
     def _limits(self) -> ConnectionLimits:
         return ConnectionLimits(max_unauthenticated_per_address=self.config.max_unauthenticated_per_address)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tether.engine import Engine, RequeueAfter
+from tether.local import crds
 from tether.local.errors import ApiError
 from tether.local.operations import (
     CRD_FINALIZER,
@@ -278,10 +279,13 @@ class LocalControllers:
             return
         spec = crd.get("spec") or {}
         group, plural = str(spec.get("group", "")), str((spec.get("names") or {}).get("plural", ""))
-        resource = f"{group}/{plural}"
+        resource = crds.storage_key(crd)
         rt = self._rt(resource)
-        # A CRD never owns built-in objects, even one stored before such CRDs were refused.
-        remaining = [] if self.ops.registry.is_builtin(group, plural) else store.list_objects(resource)
+        # A CRD never owns built-in objects, even one stored before such CRDs were refused; nor
+        # objects another (remaining) CRD serves from the same store.
+        shared = any(other["metadata"]["name"] != name and not other["metadata"].get("deletionTimestamp")
+                     and crds.storage_key(other) == resource for other in store.list_objects(CRDS))
+        remaining = [] if self.ops.registry.is_builtin(group, plural) or shared else store.list_objects(resource)
         if remaining and rt is not None:
             for obj in remaining:
                 if not obj["metadata"].get("deletionTimestamp"):

@@ -12,6 +12,11 @@ from tether.local.resources import ResourceType, ScalePaths
 from tether.local.validation import fields
 from tether.objects import Obj, times
 
+# Groups that are another group's objects under a second name, served without conversion (the
+# schemas are the same): Calico's crd.projectcalico.org/v1 CRDs are the store behind its
+# projectcalico.org/v3 API, so one object is read and written through either.
+SHARED_STORAGE_GROUPS = {"crd.projectcalico.org": "projectcalico.org"}
+
 CRD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -150,6 +155,13 @@ def is_established(crd: Mapping[str, Any]) -> bool:
     return False
 
 
+def storage_key(crd: Mapping[str, Any]) -> str:
+    """Where a CRD's objects are stored (shared with another group's CRD for the same plural in
+    `SHARED_STORAGE_GROUPS`)."""
+    group = str((crd.get("spec") or {}).get("group", ""))
+    return f"{SHARED_STORAGE_GROUPS.get(group, group)}/{_names(crd).get('plural', '')}"
+
+
 def resource_types(crd: Mapping[str, Any]) -> list[ResourceType]:
     spec = crd.get("spec") or {}
     names = _names(crd)
@@ -188,6 +200,7 @@ def resource_types(crd: Mapping[str, Any]) -> list[ResourceType]:
                 selectable_fields=selectable,
                 list_kind=str(names.get("listKind") or f"{kind}List"),
                 storage_version=storage,
+                storage_group=SHARED_STORAGE_GROUPS.get(group, ""),
             )
         )
     return out

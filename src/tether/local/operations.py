@@ -112,12 +112,13 @@ class Operations:
 
     def list_objects(self, rt: ResourceType, namespace: str | None) -> list[Obj]:
         items = self.store.list_objects(rt.storage_key, namespace if rt.namespaced else None)
-        if rt.crd and rt.version != rt.storage_version:
+        if rt.crd:  # another version, or another group sharing the store, may have written them
             return [self._as_version(rt, o) for o in items]
         return items
 
     def _as_version(self, rt: ResourceType, obj: Obj) -> Obj:
-        # Conversion strategy None: another version of a CR differs only in apiVersion.
+        # Conversion strategy None: another version of a CR (or its view through a group that
+        # shares its store) differs only in apiVersion.
         if obj.get("apiVersion") != rt.group_version and rt.crd:
             obj = dict(obj)
             obj["apiVersion"] = rt.group_version

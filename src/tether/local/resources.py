@@ -37,6 +37,9 @@ class ResourceType:
     selectable_fields: tuple[str, ...] = ()
     list_kind: str = ""
     storage_version: str = ""  # CR versions share storage; this is the stored one
+    # Another group whose objects these are (one store seen through two groups, e.g. Calico's
+    # crd.projectcalico.org/v1 and projectcalico.org/v3); "" for the type's own group.
+    storage_group: str = ""
 
     @property
     def group_version(self) -> str:
@@ -44,7 +47,7 @@ class ResourceType:
 
     @property
     def storage_key(self) -> str:
-        return f"{self.group}/{self.plural}"
+        return f"{self.storage_group or self.group}/{self.plural}"
 
     @property
     def qualified(self) -> str:
@@ -208,10 +211,11 @@ class Registry:
     generation: int = 0  # bumped on every change, so discovery and OpenAPI caches know
 
     @classmethod
-    def with_builtins(cls) -> Registry:
+    def with_builtins(cls, exclude_groups: tuple[str, ...] = ()) -> Registry:
         registry = cls()
         for rt in BUILTIN_TYPES:
-            registry._types[(rt.group, rt.version, rt.plural)] = rt
+            if rt.group not in exclude_groups:
+                registry._types[(rt.group, rt.version, rt.plural)] = rt
         return registry
 
     def is_builtin(self, group: str, plural: str) -> bool:
@@ -231,11 +235,18 @@ class Registry:
         return preferred
 
     def by_storage_key(self, key: str) -> ResourceType | None:
+        """The type storing under `key`: its own group's stored version first, then any type
+        sharing that store (another group's view of it)."""
         group, _, plural = key.partition("/")
+        shared = None
         for rt in self._types.values():
-            if rt.group == group and rt.plural == plural and rt.version == rt.storage_version:
+            if rt.plural != plural or rt.version != rt.storage_version:
+                continue
+            if rt.group == group:
                 return rt
-        return None
+            if rt.storage_group == group:
+                shared = shared or rt
+        return shared
 
     def all(self) -> Iterable[ResourceType]:
         return self._types.values()
@@ -283,7 +294,8 @@ class Registry:
         return storage_key in self._custom_keys
 
     def _storage_keys_of_crds(self) -> frozenset[str]:
-        return frozenset(f"{group}/{plural}" for keys in self._crd_owner.values() for group, _, plural in keys)
+        return frozenset(self._types[key].storage_key for keys in self._crd_owner.values() for key in keys
+                         if key in self._types)
 
     _crd_owner: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     _custom_keys: frozenset[str] = frozenset()

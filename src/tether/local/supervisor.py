@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.local import kubeconfig, netns, network
+from tether.local import kubeconfig, netns, network, roles
 from tether.local.cluster import ClusterConfig, LocalCluster
 from tether.net import daemon
 from tether.net.connections import ConnectionLimits
@@ -31,8 +31,14 @@ class LocalError(Exception):
 
 
 def default_data_dir() -> Path:
-    env = os.environ.get("TETHER_LOCAL_DIR")
-    return Path(env) if env else daemon.state_home() / "local"
+    """Local clusters keep their files at the root of tether's state (`$TETHER_HOME`), next to
+    the agents', the hub's and the proxy kubeconfigs. Releases before kept them in `local/`
+    below it: that directory is still used while it holds clusters and the root does not."""
+    root = daemon.state_home()
+    legacy = root / "local"
+    if not (root / "clusters").exists() and (legacy / "clusters").is_dir():
+        return legacy
+    return root
 
 
 @dataclass(frozen=True)
@@ -69,14 +75,19 @@ class Layout:
         (self.root / "clusters.json").write_text(json.dumps(names))
 
 
-def choose_names(layout: Layout, count: int | None, names: list[str]) -> list[str]:
-    if names:
-        return names
-    existing = layout.existing_names()
-    if existing and count is None:
-        return existing
-    wanted = count or 1
-    return [f"cluster{i}" for i in range(1, wanted + 1)]
+def choose_names(layout: Layout, count: int | None, names: list[str], hubs: tuple[str, ...] = (),
+                 role: str | None = None) -> list[str]:
+    """--name, else the kept clusters (unless --clusters), else cluster1..N; --hub names are
+    added in front. A lone `--role hub` starts one hub called `hub`."""
+    if not names:
+        existing = layout.existing_names()
+        if existing and count is None:
+            names = existing
+        elif count is None and role == roles.HUB and not hubs:
+            names = [roles.DEFAULT_HUB_NAME]
+        else:
+            names = [f"cluster{i}" for i in range(1, (count or 1) + 1)]
+    return roles.plan_names(names, hubs)
 
 
 def read_state(layout: Layout) -> dict[str, Any] | None:
@@ -92,16 +103,24 @@ def read_state(layout: Layout) -> dict[str, Any] | None:
 
 async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000, nodes: int = 1,
                 netns: bool | None = None, isolate_api: tuple[str, ...] = (),
-                max_unauthenticated: int = DEFAULT_UNAUTHENTICATED) -> None:
-    """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve."""
+                max_unauthenticated: int = DEFAULT_UNAUTHENTICATED,
+                hubs: tuple[str, ...] = (), role: str | None = None) -> None:
+    """Run the clusters until SIGTERM or SIGINT; state is written once all of them serve.
+    `hubs` are API-only hubs; the others get `role` (None: the role kept in their data)."""
     os.umask(0o077)  # state, keys and logs are for this user only
+    names = roles.plan_names(names, hubs)
     unknown = set(isolate_api) - set(names)
     if unknown:
         raise LocalError(f"--isolate-api names no cluster being started: {', '.join(sorted(unknown))}")
+    try:
+        wanted = roles.resolve(layout.clusters, roles.wanted_roles(names, hubs, role))
+    except roles.RoleError as exc:
+        raise LocalError(str(exc)) from None
     clusters = [
         LocalCluster(ClusterConfig(name=n, data_dir=layout.clusters / n, compact_keep=compact_keep,
                                    nodes=nodes, netns=netns, isolate_api=n in isolate_api,
-                                   max_unauthenticated_per_address=max_unauthenticated))
+                                   max_unauthenticated_per_address=max_unauthenticated,
+                                   role=wanted[n]))
         for n in names
     ]
     try:
@@ -117,7 +136,8 @@ async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000,
         "pid": os.getpid(),
         "started": time.time(),
         "kubeconfig": str(layout.kubeconfig),
-        "clusters": [{"name": c.config.name, "server": c.url, "dataDir": str(c.config.data_dir)} for c in clusters],
+        "clusters": [{"name": c.config.name, "server": c.url, "dataDir": str(c.config.data_dir),
+                      "role": c.role} for c in clusters],
     }
     layout.state.write_text(json.dumps(state, indent=2))
     stop = asyncio.Event()
@@ -140,7 +160,16 @@ async def serve(layout: Layout, names: list[str], *, compact_keep: int = 50_000,
 def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_keep: int = 50_000,
                  netns: bool | None = None, progress: Callable[[str], None] | None = None,
                  isolate_api: tuple[str, ...] = (),
-                 max_unauthenticated: int = DEFAULT_UNAUTHENTICATED) -> dict[str, Any]:
+                 max_unauthenticated: int = DEFAULT_UNAUTHENTICATED,
+                 hubs: tuple[str, ...] = (), role: str | None = None) -> dict[str, Any]:
+    """Start `names` in a background process; its state once all of them serve. `hubs` are
+    API-only hubs, the others get `role` (None: the kept one); a role a cluster's kept data
+    refuses is a LocalError before anything starts."""
+    names = roles.plan_names(names, hubs)
+    try:
+        roles.resolve(layout.clusters, roles.wanted_roles(names, hubs, role))
+    except roles.RoleError as exc:
+        raise LocalError(str(exc)) from None
     layout.root.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         layout.state.unlink()
@@ -152,6 +181,10 @@ def start_daemon(layout: Layout, names: list[str], *, nodes: int = 1, compact_ke
         command.append("--netns" if netns else "--no-netns")
     for name in isolate_api:
         command += ["--isolate-api", name]
+    for name in hubs:
+        command += ["--hub", name]
+    if role is not None:
+        command += ["--role", role]
     if max_unauthenticated != DEFAULT_UNAUTHENTICATED:
         command += ["--max-unauthenticated-connections", str(max_unauthenticated)]
     log_offset = layout.log.stat().st_size if layout.log.exists() else 0

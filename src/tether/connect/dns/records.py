@@ -38,8 +38,19 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tether.connect.mirror.labels import (
+    GLOBAL_SVC,
+    MIRRORED_SLICE,
+    MIRRORED_SVC,
+    PREFIX_SYNC,
+    SERVICE_NAME,
+)
+from tether.connect.names import GLOBAL_PREFIX, SOURCE_NAME, SOURCE_NAMESPACE, split_mirror_name
 from tether.net import dnswire as w
 from tether.objects import Obj
+
+__all__ = ["CLUSTERSET_ZONE", "GLOBAL_SVC", "GLOBAL_ZONE", "MCS_SERVICE_NAME", "MIRRORED_SLICE", "MIRRORED_SVC",
+           "Table", "build_table", "split_name"]
 
 CLUSTERSET_ZONE = "clusterset.local"
 GLOBAL_ZONE = "cluster.global"
@@ -49,15 +60,6 @@ DEFAULT_TTL = 5  # what Semaphore's users see (`drill` shows 5) and CoreDNS's ku
 
 MCS_SERVICE_NAME = "multicluster.kubernetes.io/service-name"
 MCS_SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
-SERVICE_NAME = "kubernetes.io/service-name"
-MIRRORED_SVC = "mirrored-svc"
-PREFIX_SYNC = "mirror-svc-prefix-sync"
-GLOBAL_SVC = "global-svc"
-MIRRORED_SLICE = "mirrored-endpoint-slice"
-SEPARATOR = "73736d"
-GLOBAL_PREFIX = "gl"
-SOURCE_NAMESPACE = "connect.tether.io/source-namespace"
-SOURCE_NAME = "connect.tether.io/source-name"
 
 
 @dataclass(frozen=True)
@@ -221,13 +223,7 @@ def _ptr(address: str, target: str, ttl: int) -> w.Record | None:
 
 def split_name(name: str, prefix: str) -> tuple[str, str] | None:
     """(namespace, service) of `<prefix>-<namespace>-73736d-<service>`, else None."""
-    head = f"{prefix}-"
-    if not name.startswith(head):
-        return None
-    namespace, sep, service = name[len(head):].partition(f"-{SEPARATOR}-")
-    if not sep or not namespace or not service:
-        return None
-    return namespace, service
+    return split_mirror_name(name, prefix)
 
 
 def _source(svc: Obj, prefix: str) -> tuple[str, str] | None:

@@ -135,7 +135,7 @@ def admission(ops: Operations, network: ClusterNetwork | None = None) -> Callabl
     (and, given the cluster's `network`, refuses pools a rootless cluster cannot keep local)."""
 
     def admit(rt: ResourceType, obj: Obj, current: Obj | None) -> None:
-        if rt.group != "projectcalico.org" or rt.kind != "IPPool":
+        if rt.group not in ("projectcalico.org", "crd.projectcalico.org") or rt.kind != "IPPool":
             return
         causes = ippool_causes(obj, ops.store.list_objects(IPPOOLS), network)
         if causes:

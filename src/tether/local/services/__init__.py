@@ -25,7 +25,9 @@ __all__ = ["DnsServer", "EndpointsController", "ServiceAllocator", "ServiceProxy
            "address_for", "build"]
 
 
-def build(cluster: LocalCluster) -> list[Component]:
+def build(cluster: LocalCluster, *, api_server_only: bool = False) -> list[Component]:
+    """The Service parts; with `api_server_only` those of kube-apiserver itself (IP allocation
+    and the `kubernetes` Service), without the Endpoints controller, proxy and DNS."""
     allocator = ServiceAllocator(cluster.store, cluster.network)
     cluster.ops.admission.append(allocator)
     registry = ServiceRegistry(
@@ -33,6 +35,8 @@ def build(cluster: LocalCluster) -> list[Component]:
         api_address=lambda: (cluster.api_host, cluster.port),
         wait_started=lambda: cluster.started.wait(),  # `started` exists once __init__ is done
     )
+    if api_server_only:
+        return [registry]  # nothing serves ClusterIPs: in netns mode the fabric's sink keeps them local
     # netns mode: ClusterIPs reachable from the host, every other cluster address kept local
     routes: list[Component] = [HostRoutes(cluster.store, cluster.fabric)] if cluster.network.mode == NETNS else []
     return [

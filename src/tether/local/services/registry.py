@@ -109,7 +109,10 @@ class ServiceRegistry:
         self._opts = WriteOptions(manager=MANAGER, user="system:apiserver")
 
     async def run(self) -> None:
-        await asyncio.wait_for(self.wait_started(), self.start_timeout_s)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that arrives
+        # as the awaited event fires, and a cluster stopped right after it started then hangs.
+        async with asyncio.timeout(self.start_timeout_s):
+            await self.wait_started()
         self.allocator.rebuild()
         self.ensure_master()
         async with asyncio.TaskGroup() as group:
