@@ -63,7 +63,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
                    "--host-kubeconfig", kubeconfig, "--host-context", "host")
         with log.open("wb") as out:
             proc = subprocess.Popen([sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", kubeconfig,
-                                     "--context", "host", "--port", "0", "--health-period", "0.5",
+                                     "--context", "host", "--port", "0", "--data-dir", str(data_dir), "--health-period", "0.5",
                                      "--health-threshold", "1", "--clusterset", "shopping", "--verbose"],
                                     stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + 60
