@@ -103,6 +103,21 @@ class Fleet:
             proc.kill()
             proc.wait()
 
+    def wait_members_ready(self, timeout_s: float = 120.0) -> None:
+        """Until the hub's health controller has seen every member Ready. A template scheduled
+        before that is divided over the members ready so far, and (as in Karmada) a divided
+        schedule is kept when the others turn Ready later."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = self.kubectl("host", "get", "clusters.cluster.tether.io", "-o", "json").stdout
+            ready = {str(c["metadata"]["name"]) for c in json.loads(out)["items"]
+                     if any(cond.get("type") == "Ready" and cond.get("status") == "True"
+                            for cond in (c.get("status") or {}).get("conditions") or [])}
+            if ready >= set(self.members):
+                return
+            assert time.monotonic() < deadline, f"members not Ready: {set(self.members) - ready}"
+            time.sleep(0.2)
+
     @contextmanager
     def hub_stopped(self) -> Iterator[None]:
         self.stop_hub()
@@ -137,6 +152,7 @@ def fleet_of(data_dir: Path, cache: Path, members: tuple[str, ...]) -> Iterator[
         for name in members:
             fleet.join(name)
         fleet.start_hub()
+        fleet.wait_members_ready()
         yield fleet
     finally:
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
+
 from tether.engine import Engine, RequeueAfter
 
 
@@ -117,3 +119,25 @@ async def test_background_enqueue_neither_duplicates_nor_demotes() -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert seen == ["first", "a", "b"]
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3])
+async def test_the_timer_stops_when_cancelled_as_it_is_woken(steps: int) -> None:
+    """A cancellation arriving with the wake-up (a delayed enqueue) must still end the timer:
+    on 3.11 `wait_for` returned the wake-up's result and dropped the cancellation, and the
+    engine never stopped."""
+
+    async def reconcile(_key: str) -> None:
+        pass
+
+    engine: Engine[str] = Engine("timer", reconcile)
+    engine.enqueue("later", delay_s=3600)  # the timer waits with a timeout
+    timer = asyncio.create_task(engine._timer())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    engine.enqueue("soon", delay_s=1800)  # sets the wake-up
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    timer.cancel()
+    done, _ = await asyncio.wait({timer}, timeout=5)
+    assert timer in done and timer.cancelled()

@@ -21,6 +21,8 @@ from tether.local.netns import (
     owned_namespace,
     parse_routes,
     peer_link,
+    pod_link,
+    pod_namespace,
     route_changes,
     shadowed,
     sink_device,
@@ -85,6 +87,22 @@ def test_owned_namespace_names_are_exact() -> None:
     assert owned_namespace(1, "tether-1") and owned_namespace(1, "tether-1-n12")
     assert not owned_namespace(1, "tether-12") and not owned_namespace(1, "tether-1-nx")
     assert not owned_namespace(1, "tether-1-n1-extra")
+
+
+def test_pod_gets_its_own_namespace_joined_to_its_node_by_a_veth() -> None:
+    plan = FabricPlan(ClusterNetwork.netns(2))
+    uid = "3f1c9a2e-0000-4000-8000-000000000001"
+    pod, link = pod_namespace(2, uid), pod_link(uid)
+    assert owned_namespace(2, pod) and not owned_namespace(3, pod) and len(link) <= 15
+    commands = plan.pod_commands(0, uid, "10.18.1.7")
+    assert commands[0] == ["netns", "add", pod]
+    assert ["-n", "tether-2-n0", "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", pod] in commands
+    assert ["-n", pod, "addr", "add", "10.18.1.7/32", "dev", "eth0"] in commands
+    # the default route goes via the node's pod-range address, which the node holds on lo
+    assert ["-n", pod, "route", "add", "default", "via", "10.18.1.1", "dev", "eth0"] in commands
+    assert commands[-1] == ["-n", "tether-2-n0", "route", "replace", "10.18.1.7/32", "dev", link, "scope", "link",
+                            "proto", "116"]
+    assert pod_namespace(2, uid) == pod and pod_namespace(2, uid + "x") != pod
 
 
 def test_fabric_for_mode() -> None:

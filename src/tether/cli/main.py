@@ -17,6 +17,7 @@ from tether.cli import (
     hub,
     local,
     mcs,
+    mesh,
     proxy,
     rebalance,
     status,
@@ -34,6 +35,7 @@ app.add_typer(local.app, name="local")
 app.add_typer(hub.app, name="hub")
 app.add_typer(tunnel.app, name="tunnel")
 app.add_typer(mcs.app, name="mcs")
+app.add_typer(mesh.app, name="mesh")
 clusters.register(app)  # join, unjoin, clusters
 certs.register(app)  # certs
 status.register(app)  # status

@@ -119,8 +119,11 @@ class Engine(Generic[K]):
                 self.enqueue(heapq.heappop(self._delayed).key)
             timeout = self._delayed[0].due - now if self._delayed else None
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns the wake-up and drops a
+            # cancellation that arrives with it, and the engine never stops
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

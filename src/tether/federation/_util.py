@@ -2,11 +2,13 @@
 
 Every compiler in this package receives read-only `Mapping`s and must hand back fresh, plain
 `dict`/`list` trees that callers may serialise or mutate without aliasing the inputs.
+(`start_in` is the odd one out: starting a watch in a controller's TaskGroup.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 
@@ -49,3 +51,14 @@ def as_int(value: Any, default: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         return default
     return value
+
+
+def start_in(group: asyncio.TaskGroup, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """`group.create_task(coro)`, or, once the group is shutting down (a watch asked for by an
+    event or reconcile still finishing while the controller stops), the cancellation the caller
+    is about to get anyway: neither a RuntimeError logged as a failure nor a leaked coroutine."""
+    try:
+        return group.create_task(coro)
+    except RuntimeError:
+        coro.close()
+        raise asyncio.CancelledError from None

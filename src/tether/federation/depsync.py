@@ -22,7 +22,7 @@ from tether.kube import Informer, KubeClient, NotFound, ObjectKey, WatchEvent
 from tether.objects import Obj
 
 from . import works as W
-from ._util import nested
+from ._util import nested, start_in
 from .dependencies import (
     DEPENDENCY_DIALECT,
     DEPENDENCY_KINDS,
@@ -87,7 +87,7 @@ class DependencySync:
         for kind in DEPENDENCY_KINDS:
             informer = Informer(self.host, "v1", kind, on_event=self._on_object)
             self.informers[kind] = informer
-            self._group.create_task(informer.run())
+            start_in(self._group, informer.run())
 
     # what requires what --------------------------------------------------------------------
 

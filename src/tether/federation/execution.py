@@ -57,7 +57,7 @@ from tether.objects import Obj
 from tether.objects.times import rfc3339
 
 from . import works as W
-from ._util import items, mapping, nested, thaw
+from ._util import items, mapping, nested, start_in, thaw
 from .crds import WORK_API_VERSION, execution_namespace
 from .health import HUB_NAMESPACE, member_credentials
 from .metrics import HubMetrics
@@ -277,7 +277,7 @@ class WorkExecutor:
                             on_event=lambda e: self._on_member(cluster, e),
                             transform=strip_managed_fields)
         assert self._group is not None
-        member.informers[(api_version, kind)] = (informer, self._group.create_task(informer.run()))
+        member.informers[(api_version, kind)] = (informer, start_in(self._group, informer.run()))
         return informer
 
     def _on_member(self, cluster: str, event: WatchEvent) -> None:

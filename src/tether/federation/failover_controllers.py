@@ -167,8 +167,9 @@ class WorkloadRebalancerController:
     async def _rebalance(self, ref: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, str]:
         key = (str(ref.get("apiVersion", "")), str(ref.get("kind", "")),
                str(ref.get("namespace") or ""), str(ref.get("name", "")))
-        try:
-            outcome = await asyncio.wait_for(self.karmada.rebalance(key), self.wait_s)
+        try:  # asyncio.timeout: 3.11's wait_for can drop a cancellation (a stopping hub)
+            async with asyncio.timeout(self.wait_s):
+                outcome = await self.karmada.rebalance(key)
         except TimeoutError:
             return ref, "Failed", "Timeout"
         if outcome == "Successful":

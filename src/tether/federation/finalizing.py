@@ -96,14 +96,17 @@ class KindRecord:
             self.loaded = True
 
     async def add(self, gvk: GVK) -> None:
-        if gvk in self.kinds:
+        # While a write is in flight `kinds` still shows the old set: a discard of this very
+        # kind may be on its way, so wait for it and look again (a finalizer must never be
+        # added to a kind the record no longer names)
+        if gvk in self.kinds and not self._lock.locked():
             return
         async with self._lock:
             if gvk not in self.kinds:
                 await self._write(self.kinds | {gvk})
 
     async def discard(self, gvk: GVK) -> None:
-        if gvk not in self.kinds:
+        if gvk not in self.kinds and not self._lock.locked():
             return
         async with self._lock:
             if gvk in self.kinds:

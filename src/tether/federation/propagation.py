@@ -62,7 +62,7 @@ from tether.objects import Obj
 from tether.objects.times import rfc3339
 
 from . import works as W
-from ._util import items, mapping, nested, thaw
+from ._util import items, mapping, nested, start_in, thaw
 from .aggregation import aggregate_status, reflect_status
 from .binding import EVICTION_ANNOTATION, Binding, read_binding
 from .bindings import BindingViews
@@ -251,7 +251,7 @@ class _Base(Generic[K]):
 
     def _start(self, informer: Informer) -> asyncio.Task[None]:
         assert self._group is not None, "controller not running"
-        return self._group.create_task(informer.run())
+        return start_in(self._group, informer.run())
 
     # writes ------------------------------------------------------------------------------
 
@@ -494,20 +494,31 @@ class KubeFedController(_Base[FedKey]):
             return
         informer = fed_type.informer
         gvk = (fed_type.api_version, kind)
-        works = sum(1 for g in self._work_kinds.values() if g == gvk)
-        finalized = sum(1 for o in informer.list()
-                        if W.PROPAGATION_FINALIZER in items(nested(o, "metadata", "finalizers")))
         if informer.synced:
             for key in informer.keys():  # noqa: SIM118 (Informer.keys, not a dict)
                 self.engine.enqueue((kind, key.namespace, key.name))
-        if releasable(wanted=False, synced=informer.synced, type_gone=_type_gone(informer),
-                      finalized=finalized, works=works):
+        if self._releasable(kind, fed_type):
             await self.record.discard(gvk)
+            # an FTC enabling the kind again (or a finalizer, a Work) may have come meanwhile
+            current = self.types.get(kind)
+            if current is None or current.informer is not informer \
+                    or not self._releasable(kind, current):
+                self.kinds.enqueue(kind)
+                return
             self.types.pop(kind).task.cancel()
             log.info("no longer watching %s: propagation disabled, nothing left to finalize",
                      kind)
         elif not informer.synced:
             raise RequeueAfter(2.0)
+
+    def _releasable(self, kind: str, fed_type: _FedType) -> bool:
+        gvk = (fed_type.api_version, kind)
+        works = sum(1 for g in self._work_kinds.values() if g == gvk)
+        finalized = sum(1 for o in fed_type.informer.list()
+                        if W.PROPAGATION_FINALIZER in items(nested(o, "metadata", "finalizers")))
+        return releasable(wanted=not fed_type.draining, synced=fed_type.informer.synced,
+                          type_gone=_type_gone(fed_type.informer), finalized=finalized,
+                          works=works)
 
     def _on_federated(self, kind: str, event: WatchEvent) -> None:
         self.engine.enqueue((kind, event.key.namespace, event.key.name))
@@ -748,17 +759,32 @@ class KarmadaController(_Base[TemplateKey]):
                 found = W.work_source(work) if work is not None else None
                 if found is not None and informer.get(found[1].namespace, found[1].name) is None:
                     self.engine.enqueue(_template_key(found[1]))
-        finalized = sum(1 for t in informer.list()
-                        if W.PROPAGATION_FINALIZER in items(nested(t, "metadata", "finalizers")))
-        if releasable(wanted=selected, synced=informer.synced, type_gone=_type_gone(informer),
-                      finalized=finalized, works=len(works)):
+        if self._releasable(gvk, informer):
             await self.record.discard(gvk)
+            # A policy selecting the kind, a finalizer or a Work may have arrived while the
+            # record was written: decide again on what is known now, before the watch goes.
+            if self.templates.get(gvk) is not entry or not self._releasable(gvk, informer):
+                self.kinds.enqueue(gvk)
+                return
             self.templates.pop(gvk)[1].cancel()
             self._swept.discard(gvk)
             log.info("no longer watching %s %s: no policy selects it, nothing left to finalize",
                      gvk[1], gvk[0])
         elif not informer.synced and (works or not selected):
             raise RequeueAfter(2.0)  # not listed yet: look again then
+
+    def _releasable(self, gvk: GVK, informer: Informer) -> bool:
+        works = sum(1 for g in self._work_kinds.values() if g == gvk)
+        finalized = sum(1 for t in informer.list()
+                        if W.PROPAGATION_FINALIZER in items(nested(t, "metadata", "finalizers")))
+        return releasable(wanted=gvk in self._selected, synced=informer.synced,
+                          type_gone=_type_gone(informer), finalized=finalized, works=works)
+
+    def _needs_watch(self, gvk: GVK) -> bool:
+        """Whether templates of an unwatched kind could need the hub: a policy selects it, or
+        something of it may hold the finalizer or have Works."""
+        return (not self.record.loaded or not self.shared.works.synced or gvk in self._selected
+                or gvk in self.record.kinds or gvk in self._work_kinds.values())
 
     def _on_template(self, event: WatchEvent) -> None:
         obj = event.object
@@ -807,6 +833,11 @@ class KarmadaController(_Base[TemplateKey]):
         if namespace in SKIPPED_NAMESPACES or namespace.startswith("tether-"):
             return
         entry = self.templates.get((api_version, kind))
+        if entry is None and not self._needs_watch((api_version, kind)):
+            # Nothing selects the kind and nothing of it is left to finalize: watching it again
+            # here would only have `_reconcile_kind` let it go again (and again)
+            self.bindings.enqueue(key)
+            return
         if entry is None or (not entry[0].synced and not _type_gone(entry[0])):
             # not listed yet (or not watched: Works of the kind start its watch): a template
             # missing from the cache is not a deleted one

@@ -9,7 +9,8 @@ the other way round, as on a cluster running Calico's API server.
 Served: GlobalNetworkSet, NetworkSet, NetworkPolicy, GlobalNetworkPolicy (both groups) and
 IPPool (v1 here; v3 is `nodes.ippool_crd`, which IPAM reads). The admission plugin makes the
 checks Calico's API server makes on writes: nets are CIDRs, selectors parse, rule actions,
-protocols and ports are valid. Policies are stored, not enforced.
+protocols and ports are valid. Policies are enforced in netns mode
+(`tether.local.netpolicy`) and stored only in rootless mode.
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def admission(rt: ResourceType, obj: Obj, current: Obj | None) -> None:
 
 def build(cluster: LocalCluster) -> list[Component]:
     """Registered before the API serves, so Calico manifests apply as soon as the cluster is up;
-    nothing runs (policies are stored, not enforced)."""
+    nothing runs here (`tether.local.netpolicy` enforces policies in netns mode)."""
     ensure_crds(cluster.ops)
     cluster.ops.admission.append(admission)
     return []

@@ -40,6 +40,7 @@ def _full_cluster(cluster: LocalCluster) -> list[Component]:
         calico,
         kubelet,
         metricsapi,
+        netpolicy,
         nodes,
         services,
         tokens,
@@ -52,6 +53,7 @@ def _full_cluster(cluster: LocalCluster) -> list[Component]:
     parts += services.build(cluster)  # Service IPs, Endpoints/EndpointSlices, service proxy, DNS
     parts += nodes.build(cluster)  # nodes and leases, IPAM (podCIDR or Calico IPPools), scheduler
     parts += calico.build(cluster)  # Calico's CRDs in crd.projectcalico.org/v1 and projectcalico.org/v3
+    parts += netpolicy.build(cluster)  # netns mode: NetworkPolicy and Calico policy in nftables
     parts.append(workloads.build(cluster))  # Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
     parts += kubelet.build(cluster)  # pods as processes or virtual, logs, probes
     parts += metricsapi.build(cluster)  # metrics.k8s.io from the kubelet's processes (kubectl top)

@@ -12,15 +12,19 @@ goes through the cluster's *fabric* (`LocalCluster.fabric`), so the two modes di
                           a route to each node's pod /24 via that node, `to-host` (the host
                           link, below) and, once joined (underlay), `to-<j>` to cluster j
       tether-<i>-n<k>     node k: `eth0` (veth to `n<k>` on the bridge) with its InternalIP, the
-                          first address of its pod /24 (its source toward joined peers) and its
-                          pods' IPs as /32s on `lo` (added before the containers start, removed
-                          when the pod goes), a route to every other node's pod /24 via that node
-                          (host-gw style: nodes never forward), the service range via the
-                          router, and `unreachable` for the rest of its own pod /24
+                          first address of its pod /24 on `lo` (its source toward joined peers,
+                          and its pods' gateway), a route to every other node's pod /24 via that
+                          node (host-gw style), the service range via the router, a /32 route
+                          to each of its pods through the pod's veth, and `unreachable` for the
+                          rest of its own pod /24
+      tether-<i>-p<hex>   a pod (not host-network): `eth0`, veth to `p<hex>` in its node, with
+                          the pod IP as /32 and a default route via the node's pod-range
+                          address; made before the containers start, removed when the pod
+                          stops (`pod_commands`, CNI ptp style)
 
-  Pods run in their node's namespace (`ip netns exec`, which also bind-mounts
-  `/etc/netns/<ns>/resolv.conf`: the cluster DNS, search `default.svc.cluster.local
-  svc.cluster.local cluster.local`). The service proxy and the DNS server listen once, inside the
+  Pods run in their own namespace (host-network pods in their node's) through `ip netns exec`,
+  which also bind-mounts `/etc/netns/<ns>/resolv.conf`: the cluster DNS, search
+  `<pod namespace>.svc.cluster.local svc.cluster.local cluster.local`. The service proxy and the DNS server listen once, inside the
   router namespace, on the service addresses (one socket per Service port, whatever the node
   count); nodes reach them through their route to the service range. Dials from the cluster's
   own components go out of the router namespace (which routes to every pod), except to loopback
@@ -74,6 +78,8 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
@@ -146,9 +152,24 @@ def peer_link(index: int) -> str:
     return f"to-{index}"
 
 
+def pod_namespace(index: int, uid: str) -> str:
+    """A pod's own network namespace (netns mode): named by a digest of its uid, so a name is
+    short, fixed for the pod's life and found again after a crash (`owned_namespace`)."""
+    return f"tether-{index}-p{_pod_key(uid)}"
+
+
+def pod_link(uid: str) -> str:
+    """The node's end of a pod's veth (at most 15 characters, as Linux wants)."""
+    return f"p{_pod_key(uid)}"
+
+
+def _pod_key(uid: str) -> str:
+    return hashlib.sha256(uid.encode()).hexdigest()[:12]
+
+
 def owned_namespace(index: int, name: str) -> bool:
     """Whether `name` is one of the namespaces cluster index `index` creates (exact forms only)."""
-    return re.fullmatch(rf"tether-{index}(-n\d+)?", name) is not None
+    return re.fullmatch(rf"tether-{index}(-n\d+|-p[0-9a-f]{{12}})?", name) is not None
 
 
 # the plan (pure) ---------------------------------------------------------------------------------
@@ -223,6 +244,27 @@ class FabricPlan:
             commands.append(["-n", n, "route", "add", peer_cidr, "via", peer_ip])
             commands.append(["-n", self.node(peer), "route", "add", cidr, "via", ip])
         return commands
+
+    def pod_commands(self, slot: int, uid: str, pod_ip: str) -> list[list[str]]:
+        """Give a pod its own namespace joined to node `slot` by a veth, as a CNI ptp plugin
+        does: the pod's address on its `eth0` (a /32), its default route via the node's
+        pod-range address (on the node's `lo`; the node answers ARP for it on any link), and on
+        the node a /32 route to the pod through the veth (more specific than the node's
+        `unreachable` for the rest of its /24)."""
+        n, p, link = self.node(slot), pod_namespace(self.network.index, uid), pod_link(uid)
+        gateway = self.network.node_pod_gateway(slot)
+        return [
+            ["netns", "add", p],
+            ["-n", p, "link", "set", "lo", "up"],
+            ["-n", n, "link", "add", link, "type", "veth", "peer", "name", NODE_LINK, "netns", p],
+            ["-n", n, "link", "set", "dev", link, "addrgenmode", "none"],
+            ["-n", n, "link", "set", link, "up"],
+            ["-n", p, "addr", "add", f"{pod_ip}/32", "dev", NODE_LINK],
+            ["-n", p, "link", "set", NODE_LINK, "up"],
+            ["-n", p, "route", "add", f"{gateway}/32", "dev", NODE_LINK, "scope", "link"],
+            ["-n", p, "route", "add", "default", "via", gateway, "dev", NODE_LINK],
+            ["-n", n, "route", "replace", f"{pod_ip}/32", "dev", link, "scope", "link", "proto", RTPROTO],
+        ]
 
     def resolv_conf(self, namespace: str = "default") -> str:
         return (f"# written by tether for cluster index {self.network.index}\n"
@@ -638,8 +680,9 @@ class HostFabric:
         """What to put before a pod's command so it runs in the pod's network."""
         return []
 
-    async def attach_pod(self, uid: str, node_ip: str, pod_ip: str) -> None:
-        """Give the pod its address before its containers start."""
+    async def attach_pod(self, uid: str, node_ip: str, pod_ip: str, namespace: str = "default") -> None:
+        """Give the pod its address (netns: its own network namespace) before its containers
+        start; `namespace` is its Kubernetes namespace (its resolv.conf search path)."""
         return None
 
     async def sync_host_routes(self, service_ips: Iterable[str], pools: Iterable[IPv4Network]) -> None:
@@ -650,6 +693,10 @@ class HostFabric:
     def detach_pod(self, uid: str) -> None:
         """Take the pod's address away (it has stopped)."""
         return None
+
+    def node_namespaces(self) -> dict[str, str]:
+        """Node InternalIP -> its network namespace (netns mode; rootless: none)."""
+        return {}
 
 
 class NetnsFabric(HostFabric):
@@ -667,6 +714,7 @@ class NetnsFabric(HostFabric):
         # pod uid -> (pod IP, node IP) for addresses outside the node's pod /24 (IP pools):
         # the router and the other nodes route each one to its node
         self.pool_addresses: dict[str, tuple[str, str]] = {}
+        self.pod_start_s: deque[float] = deque(maxlen=1000)  # how long each pod namespace took
         self._lock = asyncio.Lock()
         self._up = False
 
@@ -732,6 +780,7 @@ class NetnsFabric(HostFabric):
             self.nodes.append(slot)  # before the commands: teardown must find a half-made node
             for command in self.plan.node_commands(slot, self.nodes):
                 await run_ip(command)
+            await asyncio.to_thread(enable_forwarding, name)  # the node routes for its pods
             # what the cluster already routes beyond its nodes: joins (their routes in the
             # router) and pool addresses on the other nodes
             for dst in parse_routes(await run_ip(_tagged_args(self.plan.router, None)), device_prefix="to-"):
@@ -753,6 +802,14 @@ class NetnsFabric(HostFabric):
     def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
         return socket_in(self.plan.router, family, kind)
 
+    def node_namespaces(self) -> dict[str, str]:
+        return {self.network.node_ip(s): self.plan.node(s) for s in self.nodes
+                if (NETNS_DIR / self.plan.node(s)).exists()}
+
+    def pod_namespaces(self) -> dict[str, tuple[str, str]]:
+        """Pod uid -> (its network namespace, its pod IP; "" for host-network pods)."""
+        return dict(self.pods)
+
     def _dial_namespace(self, host: str) -> str | None:
         try:
             address = ipaddress.ip_address(host)
@@ -770,6 +827,9 @@ class NetnsFabric(HostFabric):
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         if uid in self.pods:
             return self.pods[uid][0]
+        own = pod_namespace(self.network.index, uid)
+        if uid and (NETNS_DIR / own).exists():
+            return own
         slot = self.plan.slot_of(str((pod.get("status") or {}).get("hostIP") or ""))
         return self.plan.node(slot) if slot is not None else None
 
@@ -781,34 +841,44 @@ class NetnsFabric(HostFabric):
                              "(it is not running on a node of this cluster); retry once it runs")
         return exec_prefix(namespace)
 
-    async def attach_pod(self, uid: str, node_ip: str, pod_ip: str) -> None:
+    async def attach_pod(self, uid: str, node_ip: str, pod_ip: str, namespace: str = "default") -> None:
         slot = self.plan.slot_of(node_ip)
         if slot is None:
             raise NetnsError(f"node address {node_ip or '(none)'} is not on the fabric "
                              f"{self.network.fabric_cidr}; the node needs its InternalIP from tether")
-        namespace = await self.ensure_node(slot)
-        added = pod_ip != node_ip  # host-network pods use the node's own address
-        if added:
-            await run_ip(["-n", namespace, "addr", "replace", f"{pod_ip}/32", "dev", "lo"])
-            if not _inside(pod_ip, self.network.node_pod_cidr(slot)):
-                # an IP pool's address: the node /24 routes do not cover it
-                async with self._lock:
-                    self.pool_addresses[uid] = (pod_ip, node_ip)
-                    for other in [self.plan.router, *(self.plan.node(s) for s in self.nodes if s != slot)]:
-                        await run_ip(["-n", other, *_pool_route("replace", pod_ip, node_ip)])
-        self.pods[uid] = (namespace, pod_ip if added else "")
+        node = await self.ensure_node(slot)
+        if pod_ip == node_ip:  # host-network pods use the node's own namespace and address
+            self.pods[uid] = (node, "")
+            return
+        started = time.monotonic()
+        own = pod_namespace(self.network.index, uid)
+        if (NETNS_DIR / own).exists():  # a restarted pod (same uid): start from a clean namespace
+            await asyncio.to_thread(delete_namespaces, [own])
+        etc = ETC_NETNS_DIR / own
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "resolv.conf").write_text(self.plan.resolv_conf(namespace))
+        self.pods[uid] = (own, pod_ip)  # before the commands: detach must find a half-made pod
+        for command in self.plan.pod_commands(slot, uid, pod_ip):
+            await run_ip(command)
+        if not _inside(pod_ip, self.network.node_pod_cidr(slot)):
+            # an IP pool's address: the node /24 routes do not cover it
+            async with self._lock:
+                self.pool_addresses[uid] = (pod_ip, node_ip)
+                for other in [self.plan.router, *(self.plan.node(s) for s in self.nodes if s != slot)]:
+                    await run_ip(["-n", other, *_pool_route("replace", pod_ip, node_ip)])
+        self.pod_start_s.append(time.monotonic() - started)
+        log.debug("pod %s: namespace %s (%s) in %.3fs", uid, own, pod_ip, self.pod_start_s[-1])
 
     def detach_pod(self, uid: str) -> None:
         found = self.pods.pop(uid, None)
         routed = self.pool_addresses.pop(uid, None)
-        if found is None or not found[1] or found in self.pods.values():
-            return  # unknown, host network, or the address went to a newer pod meanwhile
-        namespace, pod_ip = found
-        if (NETNS_DIR / namespace).exists():
-            run_ip_sync(["-n", namespace, "addr", "del", f"{pod_ip}/32", "dev", "lo"], timeout_s=2.0)
-        if routed is not None:
+        if found is None or not found[1]:
+            return  # unknown or host network
+        # the pod's namespace goes with its veth and the node's route through it
+        delete_namespaces([found[0]])
+        if routed is not None and routed[0] not in {ip for _, ip in self.pods.values()}:
             for other in [self.plan.router, *(self.plan.node(s) for s in self.nodes)]:
-                if other != namespace and (NETNS_DIR / other).exists():
+                if (NETNS_DIR / other).exists():
                     run_ip_sync(["-n", other, *_pool_route("del", *routed)], timeout_s=2.0)
 
 

@@ -11,8 +11,8 @@ only after `join`, and until `leave` (or until either side goes down). A join is
   `tether.local.netns`);
 - routes, tagged like every route tether adds: in each router, the peer's pod and Service ranges
   via the peer's underlay address (the host: its underlay address); in each node, the same
-  destinations via its router, from the node's own pod-range address (pods share their node's
-  network namespace, and a peer routes back the pod range, never the fabric); on the host (a join with the host), the cluster's pod range
+  destinations via its router, from the node's own pod-range address (for the node's own traffic;
+  pods, in namespaces of their own, send from their pod IPs; a peer routes back the pod range, never the fabric); on the host (a join with the host), the cluster's pod range
   through the host link instead of the sink; and forwarding on in the routers.
 
 So a member's pods reach the hub the same way whatever the hub is: the hub cluster's Service
@@ -20,6 +20,9 @@ range (its `kubernetes` ClusterIP) over a cluster join, or the host's underlay a
 `tether hub run` or a forwarder listens) over a join with the host. A WireGuard mesh replaces the
 veth pair with a tunnel interface per peer (WireGuard's AllowedIPs are the routes above) and keeps
 the rest: one device per peer, one underlay address per site, the same routes.
+
+`join_nodes`/`leave_nodes` make the other kind of join, the one a WireGuard mesh runs over (see
+the section at the end): only UDP on the mesh ports between the clusters' node addresses.
 
 `join`, `leave` and `peers` run `ip` against namespaces that exist (the clusters are up); they are
 idempotent. Nodes added to a cluster later copy the router's join routes (`NetnsFabric`).
@@ -30,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from ipaddress import IPv4Network
+from pathlib import Path
 
 from tether.local.netns import (
     HOST_LINK,
@@ -41,6 +46,7 @@ from tether.local.netns import (
     NetnsError,
     device_exists,
     enable_forwarding,
+    in_namespace,
     link_device,
     list_namespaces,
     node_slot,
@@ -198,3 +204,129 @@ async def peers(a: ClusterNetwork) -> list[Peer]:
     found: list[Peer] = [HOST] if HOST_LINK in devices else []
     indexes = sorted(int(d.removeprefix("to-")) for d in devices if re.fullmatch(r"to-\d+", d))
     return found + [ClusterNetwork.netns(i) for i in indexes]
+
+
+# the node-level underlay (what a WireGuard mesh runs over) --------------------------------------
+#
+# Like the internet between two sites' nodes: a second veth between the routers (`ul-<j>`), the
+# peer's *fabric* (its node addresses) routed in the routers and nodes, and an nftables filter in
+# each router (table `inet tether-underlay`) that lets only UDP to the mesh ports between node
+# addresses cross that link. Pod and Service ranges are not routed: they cross only inside
+# WireGuard. New nodes do not copy these routes (the mesh's driver calls `join_nodes` again).
+
+MESH_PORTS = (51820, 51851)  # one port per remote cluster index: 51820 + index
+
+
+def mesh_port(remote: ClusterNetwork) -> int:
+    """The port a node listens on for the mesh with cluster `remote`."""
+    return MESH_PORTS[0] + remote.index
+
+
+def node_link(index: int) -> str:
+    return f"ul-{index}"
+
+
+NODE_TABLE = "tether-underlay"
+
+
+def node_filter(a: ClusterNetwork, b: ClusterNetwork) -> str:
+    """The router's nft script for its node-level link to `b` (idempotent: the chain is
+    flushed and rewritten)."""
+    assert a.fabric_cidr is not None and b.fabric_cidr is not None
+    dev = node_link(b.index)
+    lo, hi = MESH_PORTS
+    chain = f"to_{b.index}"
+    return "\n".join([
+        f"table inet {NODE_TABLE} {{}}",
+        f"add chain inet {NODE_TABLE} {chain} {{ type filter hook forward priority 0; policy accept; }}",
+        f"flush chain inet {NODE_TABLE} {chain}",
+        f'add rule inet {NODE_TABLE} {chain} iifname "{dev}" ip saddr {b.fabric_cidr} ip daddr {a.fabric_cidr}'
+        f" udp dport {lo}-{hi} counter accept",
+        f'add rule inet {NODE_TABLE} {chain} oifname "{dev}" ip saddr {a.fabric_cidr} ip daddr {b.fabric_cidr}'
+        f" udp dport {lo}-{hi} counter accept",
+        f'add rule inet {NODE_TABLE} {chain} iifname "{dev}" counter drop',
+        f'add rule inet {NODE_TABLE} {chain} oifname "{dev}" counter drop',
+        "",
+    ])
+
+
+def check_pod_ranges(networks: list[ClusterNetwork], pod_ranges: dict[int, list[IPv4Network]] | None = None) -> None:
+    """Refuse to mesh clusters whose pod ranges overlap (`pod_ranges`: extra ranges per index,
+    e.g. IPPools)."""
+    seen: list[tuple[int, IPv4Network]] = []
+    for net in networks:
+        for cidr in [net.pod_cidr, *((pod_ranges or {}).get(net.index, []))]:
+            for index, other in seen:
+                if index != net.index and other.overlaps(cidr):
+                    raise NetnsError(f"pod ranges overlap: cluster index {index} {other} and cluster index "
+                                     f"{net.index} {cidr}: clusters with overlapping pod ranges cannot be meshed")
+            seen.append((net.index, cidr))
+
+
+def _no_ipv6(device: str) -> Callable[[], None]:
+    def write() -> None:
+        Path(f"/proc/sys/net/ipv6/conf/{device}/disable_ipv6").write_text("1\n")
+
+    return write
+
+
+async def _run_nft(namespace: str, script: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        "ip", "netns", "exec", namespace, "nft", "-f", "-", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate(script.encode())
+    if proc.returncode != 0:
+        raise NetnsError(f"nft in {namespace}: {err.decode(errors='replace').strip()}")
+
+
+async def join_nodes(a: ClusterNetwork, b: ClusterNetwork) -> None:
+    """Let the nodes of `a` and `b` exchange UDP on the mesh ports, and nothing else; idempotent
+    (call again after nodes were added)."""
+    for n in (a, b):
+        _check(n)
+        _require_up(n)
+    if a.index == b.index:
+        raise NetnsError(f"cluster index {a.index} cannot be joined with itself")
+    check_pod_ranges([a, b])
+    ra, rb = router_namespace(a.index), router_namespace(b.index)
+    da, db = node_link(b.index), node_link(a.index)
+    if not device_exists(da, ra):
+        await run_ip(["-n", ra, "link", "add", da, "type", "veth", "peer", "name", db, "netns", rb])
+        await run_ip(["-n", ra, "addr", "replace", a.underlay_ip, "peer", f"{b.underlay_ip}/32", "dev", da])
+        await run_ip(["-n", rb, "addr", "replace", b.underlay_ip, "peer", f"{a.underlay_ip}/32", "dev", db])
+        for router, dev in ((ra, da), (rb, db)):
+            # an IPv4 underlay: no link-local IPv6 chatter on it either
+            await asyncio.to_thread(in_namespace, router, _no_ipv6(dev), "turning IPv6 off on the node underlay")
+        await run_ip(["-n", ra, "link", "set", da, "up"])
+        await run_ip(["-n", rb, "link", "set", db, "up"])
+    for here, there, dev in ((a, b, da), (b, a, db)):
+        assert there.fabric_cidr is not None
+        router = router_namespace(here.index)
+        await _run_nft(router, node_filter(here, there))
+        await asyncio.to_thread(enable_forwarding, router)
+        await run_ip(["-n", router, "route", "replace", str(there.fabric_cidr), "via", there.underlay_ip,
+                      "onlink", "dev", dev, "proto", RTPROTO, "metric", str(UNDERLAY_METRIC)])
+        for node in _nodes_of(here):
+            slot = node_slot(here, node)
+            assert slot is not None
+            await run_ip(["-n", node, "route", "replace", str(there.fabric_cidr), "via", here.router_ip,
+                          "src", here.node_ip(slot), "proto", RTPROTO])
+
+
+async def leave_nodes(a: ClusterNetwork, b: ClusterNetwork) -> None:
+    """Undo `join_nodes(a, b)`; a no-op for what is already gone."""
+    for here, there in ((a, b), (b, a)):
+        router = router_namespace(here.index)
+        if not (NETNS_DIR / router).exists():
+            continue
+        assert there.fabric_cidr is not None
+        for node in _nodes_of(here):
+            await run_ip(["-n", node, "route", "del", str(there.fabric_cidr), "proto", RTPROTO], check=False)
+        await run_ip(["-n", router, "link", "del", node_link(there.index)], check=False)
+        try:
+            await _run_nft(router, f"table inet {NODE_TABLE} {{}}\ndelete chain inet {NODE_TABLE} to_{there.index}\n")
+        except NetnsError:
+            pass  # no such chain: not joined
+        listing = await run_ip(["netns", "exec", router, "nft", "list", "table", "inet", NODE_TABLE], check=False)
+        if listing and "chain " not in listing:
+            await _run_nft(router, f"delete table inet {NODE_TABLE}\n")

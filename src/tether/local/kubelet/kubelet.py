@@ -137,8 +137,9 @@ class PodWorker:
             node = self.kubelet.store.get("/nodes", "", pod["spec"]["nodeName"])
             try:
                 pod_ip = self.kubelet.allocate_address(pod, node)
-                # netns mode: the address goes onto the node namespace before anything runs
-                await self.kubelet.fabric.attach_pod(self.uid, self.kubelet.node_ip(node), pod_ip)
+                # netns mode: the pod's own network namespace exists before anything runs
+                await self.kubelet.fabric.attach_pod(self.uid, self.kubelet.node_ip(node), pod_ip,
+                                                    pod["metadata"].get("namespace") or "default")
             except (AddressUnavailable, NetnsError) as exc:
                 message = str(exc)
                 if self.state.failure_message != message:

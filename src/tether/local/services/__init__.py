@@ -1,5 +1,6 @@
 """Services for local clusters: ClusterIP/NodePort allocation, Endpoints and EndpointSlices,
-a userspace service proxy, a cluster DNS server and (netns mode) the host's routes to them.
+a userspace service proxy, a cluster DNS server and (netns mode) the host's routes to them and
+kernel (nftables) Service routing in every node.
 
 `build(cluster)` adds the allocation admission plugin to `cluster.ops.admission` and returns the
 components (each with `async def run()`); `dns.address_for(cluster)` says where DNS listens.
@@ -15,6 +16,7 @@ from tether.local.services.allocation import ServiceAllocator
 from tether.local.services.dns import ADDRESS_FILE, DnsServer, address_for
 from tether.local.services.endpoints import EndpointsController
 from tether.local.services.hostroutes import HostRoutes
+from tether.local.services.kernel import KernelServices
 from tether.local.services.proxy import ProxyConfig, ServiceProxy
 from tether.local.services.registry import ServiceRegistry
 
@@ -38,14 +40,18 @@ def build(cluster: LocalCluster, *, api_server_only: bool = False) -> list[Compo
     if api_server_only:
         return [registry]  # nothing serves ClusterIPs: in netns mode the fabric's sink keeps them local
     # netns mode: ClusterIPs reachable from the host, every other cluster address kept local
-    routes: list[Component] = [HostRoutes(cluster.store, cluster.fabric)] if cluster.network.mode == NETNS else []
+    # and Service traffic from the nodes DNATed in the kernel (the proxy serves the rest)
+    # the DNS server answers on the kube-dns Service's address itself: no proxy listener or DNAT there
+    dns_ip = frozenset({cluster.network.dns_service_ip})
+    routes: list[Component] = ([HostRoutes(cluster.store, cluster.fabric),
+                                KernelServices(cluster.store, cluster.fabric, served_elsewhere=dns_ip)]
+                               if cluster.network.mode == NETNS else [])
     return [
         *routes,
         registry,
         EndpointsController(cluster.ops),
-        # the DNS server answers on the kube-dns Service's address itself: no proxy listener there
         ServiceProxy(cluster.store, ProxyConfig(node_port_host=cluster.fabric.node_port_host,
-                                                served_elsewhere=frozenset({cluster.network.dns_service_ip})),
+                                                served_elsewhere=dns_ip),
                      fabric=cluster.fabric),
         DnsServer(cluster.store, cluster.network.dns_service_ip,
                   address_file=cluster.config.data_dir / ADDRESS_FILE, fabric=cluster.fabric,

@@ -57,7 +57,10 @@ class HostRoutes:
             start_signals(group, self.store, (SERVICES, IPPOOLS), self._changed)
             while True:
                 await self.sync()
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can drop a cancellation that
+                # arrives as the event is set, and the loop would never stop
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), self.resync_s)
+                    async with asyncio.timeout(self.resync_s):
+                        await self._changed.wait()
                 await asyncio.sleep(self.settle_s)
                 self._changed.clear()

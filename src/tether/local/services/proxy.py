@@ -156,8 +156,11 @@ class ServiceProxy:
     async def _sync_loop(self, group: asyncio.TaskGroup) -> None:
         while True:
             self.sync(group)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can drop a cancellation that
+            # arrives as the event is set, and the loop would never stop
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.config.resync_s)
+                async with asyncio.timeout(self.config.resync_s):
+                    await self._changed.wait()
             await asyncio.sleep(self.config.settle_s)
             self._changed.clear()
 

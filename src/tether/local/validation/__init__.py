@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tether.local.errors import Cause
-from tether.local.validation import apiregistration, config, networking, pods, services, workloads
+from tether.local.validation import (
+    apiregistration,
+    config,
+    netpol,
+    networking,
+    pods,
+    services,
+    workloads,
+)
 from tether.local.validation.fields import mapping
 from tether.local.validation.meta import NameRule, name_rule, object_meta
 from tether.objects import Obj
@@ -39,6 +47,7 @@ CHECKS: dict[tuple[str, str], Check] = {
     ("batch", "Job"): workloads.job,
     ("batch", "CronJob"): workloads.cron_job,
     ("networking.k8s.io", "Ingress"): networking.ingress,
+    ("networking.k8s.io", "NetworkPolicy"): netpol.network_policy,
     ("apiregistration.k8s.io", "APIService"): apiregistration.apiservice,
 }
 
