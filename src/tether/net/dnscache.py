@@ -13,6 +13,10 @@ forwarded one carrying the upstream's server cookie) must not store it: `has_opt
 Entries expire at a deadline (a forwarded answer's smallest TTL, capped) or live until `clear()`
 (authoritative answers, cleared whenever the data behind them changes). The cache is bounded:
 when full, the oldest entry goes (insertion order; a dict keeps it).
+
+One thread may read (`get`) while another writes (`put`, `clear`): every step is a single dict
+operation under the GIL, and a reader never fails on an entry removed under it; the counters in
+`stats` are approximate then.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ class CacheStats:
 
 
 def _options_at(query: bytes) -> int:
-    """Where the options of a final OPT record begin (its RDLENGTH), or 0 when there are none:
-    an OPT (owner root, type 41) whose RDLENGTH reaches exactly the end of the message."""
+    """Where the RDLENGTH of a final OPT record is (its options follow), or 0 when there is no
+    such record: an OPT (owner root, type 41) whose RDLENGTH reaches exactly the message's end."""
     if query[10:12] != b"\x00\x01" or len(query) < 23:  # ARCOUNT 1
         return 0
     at = query.find(b"\x00\x00\x29", 12)
@@ -42,14 +46,15 @@ def _options_at(query: bytes) -> int:
         if at < 0:
             return 0
         if at + 11 <= len(query) and int.from_bytes(query[at + 9:at + 11], "big") == len(query) - at - 11:
-            return at + 9 if len(query) > at + 11 else 0
+            return at + 9
         at = query.find(b"\x00\x00\x29", at + 1)
     return 0
 
 
 def has_options(query: bytes) -> bool:
     """Whether the query carries EDNS0 options (which `WireCache.key` leaves out)."""
-    return _options_at(query) > 0
+    at = _options_at(query)
+    return at > 0 and len(query) > at + 2
 
 
 class WireCache:
@@ -76,7 +81,7 @@ class WireCache:
             return None
         response, expires = entry
         if expires is not NEVER and expires <= self._now():
-            del self._entries[self.key(query, transport)]
+            self._entries.pop(self.key(query, transport), None)
             self.stats.misses += 1
             return None
         self.stats.hits += 1
@@ -87,7 +92,10 @@ class WireCache:
         if ttl_s is not None and ttl_s <= 0:
             return
         if len(self._entries) >= self.max_entries:
-            self._entries.pop(next(iter(self._entries)))
+            try:
+                self._entries.pop(next(iter(self._entries)), None)
+            except (StopIteration, RuntimeError):  # emptied (or changed) by another thread meanwhile
+                pass
             self.stats.evictions += 1
         self._entries[self.key(query, transport)] = (response, NEVER if ttl_s is None else self._now() + ttl_s)
 
