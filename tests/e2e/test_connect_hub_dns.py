@@ -1,5 +1,5 @@
 """The hub's connect controllers end to end: `tether hub run --clusterset` runs the MCS API for
-its joined members, and KubeFed's ServiceDNSRecord/IngressDNSRecord on the hub become DNSEndpoints
+its members, a push one and a pull one (reached through its agent's tunnel), and KubeFed's ServiceDNSRecord/IngressDNSRecord on the hub become DNSEndpoints
 with KubeFed's names (zones and region from the Cluster objects), also for a member without them.
 """
 
@@ -50,37 +50,59 @@ class Hub:
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """`east` joined in push mode; `west` registered in pull mode (the hub reaches it only through
+    its agent's tunnel)."""
     conftest = root_conftest()
     data_dir = tmp_path_factory.mktemp("hubdns")
-    clusters = conftest.start_clusters(data_dir, ["host", "east", "west"], tmp_path_factory.mktemp("kubecache"))
+    member_dir = tmp_path_factory.mktemp("hubdns-pull")
+    agents_dir = tmp_path_factory.mktemp("hubdns-agents")
+    cache = tmp_path_factory.mktemp("kubecache")
+    clusters = conftest.start_clusters(data_dir, ["host", "east"], cache)
     log = data_dir / "hub.log"
     proc = None
     try:
-        kubeconfig = str(clusters.kubeconfig)
+        pull = conftest.start_clusters(member_dir, ["west"], cache)
+        merged = tmp_path_factory.mktemp("kubeconfig") / "kubeconfig"
+        merged.write_text(subprocess.run(
+            [conftest.kubectl_binary(), "config", "view", "--flatten"], capture_output=True, text=True, check=True,
+            env={**os.environ, "KUBECONFIG": f"{clusters.kubeconfig}:{pull.kubeconfig}"}).stdout)
+        clusters.kubeconfig = merged
+        clusters.names = ["host", "east", "west"]
+        kubeconfig = str(merged)
         tether("hub", "install", "--kubeconfig", kubeconfig, "--context", "host")
-        for name in ("east", "west"):
-            tether("join", name, "--cluster-context", name, "--cluster-kubeconfig", kubeconfig,
-                   "--host-kubeconfig", kubeconfig, "--host-context", "host")
+        tether("join", "east", "--cluster-context", "east", "--cluster-kubeconfig", kubeconfig,
+               "--host-kubeconfig", kubeconfig, "--host-context", "host")
         with log.open("wb") as out:
             proc = subprocess.Popen([sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", kubeconfig,
-                                     "--context", "host", "--port", "0", "--data-dir", str(data_dir), "--health-period", "0.5",
-                                     "--health-threshold", "1", "--clusterset", "shopping", "--verbose"],
+                                     "--context", "host", "--port", "0", "--data-dir", str(data_dir / "hub-state"),
+                                     "--health-period", "0.5", "--health-threshold", "1",
+                                     "--tunnel-agent-port", "0", "--tunnel-frontend-port", "0",
+                                     "--tunnel-bind-address", "127.0.0.1", "--clusterset", "shopping", "--verbose"],
                                     stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + 60
-        while "http://127.0.0.1:" not in log.read_text():
+        while "tunnel server: agents at" not in log.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
+        command = tether("token", "create", "--ttl", "1h", "--print-register-command", "--kubeconfig", kubeconfig,
+                         "--host-context", "host", "--cluster-name", "west").strip().splitlines()[-1]
+        words = command.split()
+        assert words[:2] == ["tether", "register"]
+        tether(*words[1:], "--kubeconfig", kubeconfig, "--context", "west", "--data-dir", str(agents_dir),
+               "--period", "0.5")
         for context in ("east", "west"):
             clusters.kubectl("create", "namespace", NS, context=context)
         clusters.kubectl("create", "namespace", NS, context="host")
         yield Hub(clusters, log)
     finally:
+        subprocess.run([sys.executable, "-m", "tether", "agent", "stop", "--cluster-name", "west", "--data-dir",
+                        str(agents_dir)], capture_output=True, timeout=60)
         if proc is not None:
             proc.terminate()
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        conftest.tether("local", "down", "--data-dir", str(member_dir))
         conftest.tether("local", "down", "--data-dir", str(data_dir))
 
 
@@ -99,6 +121,8 @@ def deployment(name: str) -> dict[str, Any]:
 
 
 def test_hub_runs_mcs_for_its_members(hub: Hub) -> None:
+    west = hub.get("host", "clusters.cluster.tether.io", "west")
+    assert west["spec"]["syncMode"] == "Pull" and west["spec"].get("proxyURL")  # reached through the tunnel
     for context in ("east", "west"):
         poll(lambda c=context: hub.get(c, "crd", "serviceexports.multicluster.x-k8s.io"), timeout=120, interval=0.5,
              what=f"the MCS CRDs in {context}")
