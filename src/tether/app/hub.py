@@ -5,7 +5,9 @@ and Karmada sync controllers, Karmada's ClusterTaintPolicy and WorkloadRebalance
 (failover itself is part of the Karmada sync, off unless `failover.enabled`), the push-mode Work
 executor, the registry controller (decides pull members' registration requests), the service
 mirror between members (`MirrorPolicy`, `hub_mirror`), the KubeFedCluster views of the Clusters,
-and a small HTTP server on 127.0.0.1
+with `clusterset` set the MCS controller (`hub_mcs`: ServiceExports in members become
+ServiceImports in all), KubeFed's multi-cluster DNS (`hub_kubefeddns`: ServiceDNSRecords and
+IngressDNSRecords become DNSEndpoints), and a small HTTP server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
-from tether.app import hub_mirror
+from tether.app import hub_kubefeddns, hub_mcs, hub_mirror
 from tether.app.gcpacing import GcPacing
 from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
@@ -74,6 +76,8 @@ class Hub:
         self.mirror = hub_mirror.build(self)  # MirrorPolicy: Services mirrored between members
         self.kubefed_clusters = KubeFedClusterViews(host)
         self.shared.cluster_handlers.append(self.kubefed_clusters.on_cluster)
+        self.mcs = hub_mcs.build(self, config.clusterset) if config.clusterset else None  # the MCS API
+        self.kubefed_dns = hub_kubefeddns.build(self)  # ServiceDNSRecord/IngressDNSRecord -> DNSEndpoint
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
@@ -137,6 +141,9 @@ class Hub:
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())
+                if self.mcs is not None:
+                    group.create_task(self.mcs.run())
+                group.create_task(self.kubefed_dns.run())
         finally:
             for server in self.servers:
                 await server.close(grace_s=1.0)

@@ -33,3 +33,4 @@ class HubConfig:
     # Where Karmada templates' summed member status goes (federation.template_status): auto,
     # status or annotation
     template_status: str = "auto"
+    clusterset: str | None = None  # run the MCS controller for this clusterset; None: not run

@@ -119,6 +119,9 @@ def run(
     graceful_eviction_timeout: Annotated[float, typer.Option(
         "--graceful-eviction-timeout", help="Seconds a gracefully evicted copy may wait for its "
         "replacement to become healthy")] = 600.0,
+    clusterset: Annotated[str | None, typer.Option(
+        "--clusterset", help="Run the MCS API (ServiceExport/ServiceImport) across the Ready members as this "
+        "clusterset: installs the MCS CRDs and ClusterProperties in each member")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
     template_status: Annotated[str, typer.Option(
         "--template-status", metavar="auto|status|annotation",
@@ -170,7 +173,8 @@ def run(
                                data_dir=state_root(data_dir) / "hub", template_status=template_status,
                                failover=FailoverSettings(
                                    enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
-                                   graceful_timeout_s=graceful_eviction_timeout))
+                                   graceful_timeout_s=graceful_eviction_timeout),
+                               clusterset=clusterset)
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}
     try:

@@ -13,9 +13,11 @@ from tether.cli import (
     certs,
     clusters,
     connect,
+    dns,
     fed,
     hub,
     local,
+    mcs,
     mesh,
     proxy,
     rebalance,
@@ -33,6 +35,7 @@ app = typer.Typer(
 app.add_typer(local.app, name="local")
 app.add_typer(hub.app, name="hub")
 app.add_typer(tunnel.app, name="tunnel")
+app.add_typer(mcs.app, name="mcs")
 app.add_typer(mesh.app, name="mesh")
 clusters.register(app)  # join, unjoin, clusters
 certs.register(app)  # certs
@@ -44,6 +47,7 @@ proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
 connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
 bridge.register(app)  # env, volumes: a workload's environment and files here
+dns.register(app)  # dns: clusterset.local and Semaphore's names, forwarding the rest
 
 
 @app.command()

@@ -48,6 +48,7 @@ MANAGER = "kubeadm"
 MIRROR_SYNC_S = 5.0
 NODE_WAIT_S = 0.25  # at start the first node may not be registered yet
 COREDNS_IMAGE = "registry.k8s.io/coredns/coredns:v1.12.1"
+DNS_DOMAIN = "cluster.local"
 STATIC = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 NODE_CRITICAL, CLUSTER_CRITICAL = "system-node-critical", "system-cluster-critical"
 
@@ -114,6 +115,30 @@ def coredns_deployment() -> Obj:
             }},
         },
     }
+
+
+def kube_dns_service(cluster_ip: str) -> Obj:
+    """kubeadm's `kube-dns` Service: pods' resolv.conf names its ClusterIP (the cluster DNS
+    answers on that address itself)."""
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kube-dns", "namespace": NAMESPACE,
+                     "labels": {"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true",
+                                "kubernetes.io/name": "CoreDNS"},
+                     "annotations": {"prometheus.io/port": "9153", "prometheus.io/scrape": "true"}},
+        "spec": {"clusterIP": cluster_ip, "clusterIPs": [cluster_ip], "selector": {"k8s-app": "kube-dns"},
+                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                           {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+                           {"name": "metrics", "port": 9153, "protocol": "TCP", "targetPort": 9153}]},
+    }
+
+
+def coredns_configmap(domain: str) -> Obj:
+    """kubeadm's `coredns` ConfigMap; the cluster DNS follows edits of its Corefile."""
+    from tether.local.services.corefile import default_corefile
+
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", "namespace": NAMESPACE},
+            "data": {"Corefile": default_corefile(domain)}}
 
 
 def kube_proxy_daemonset() -> Obj:
@@ -234,6 +259,8 @@ class SystemPods:
     def _install_addons(self) -> None:
         for name in ("coredns", "kube-proxy"):
             self._create("serviceaccounts", "", service_account(name))
+        self._create("configmaps", "", coredns_configmap(DNS_DOMAIN))
+        self._create("services", "", kube_dns_service(self.cluster.network.dns_service_ip))
         self._create("deployments", "apps", coredns_deployment())
         self._create("daemonsets", "apps", kube_proxy_daemonset())
 

@@ -41,15 +41,19 @@ def build(cluster: LocalCluster, *, api_server_only: bool = False) -> list[Compo
         return [registry]  # nothing serves ClusterIPs: in netns mode the fabric's sink keeps them local
     # netns mode: ClusterIPs reachable from the host, every other cluster address kept local
     # and Service traffic from the nodes DNATed in the kernel (the proxy serves the rest)
-    routes: list[Component] = ([HostRoutes(cluster.store, cluster.fabric), KernelServices(cluster.store, cluster.fabric)]
+    # the DNS server answers on the kube-dns Service's address itself: no proxy listener or DNAT there
+    dns_ip = frozenset({cluster.network.dns_service_ip})
+    routes: list[Component] = ([HostRoutes(cluster.store, cluster.fabric),
+                                KernelServices(cluster.store, cluster.fabric, served_elsewhere=dns_ip)]
                                if cluster.network.mode == NETNS else [])
     return [
         *routes,
         registry,
         EndpointsController(cluster.ops),
-        ServiceProxy(cluster.store, ProxyConfig(node_port_host=cluster.fabric.node_port_host),
+        ServiceProxy(cluster.store, ProxyConfig(node_port_host=cluster.fabric.node_port_host,
+                                                served_elsewhere=dns_ip),
                      fabric=cluster.fabric),
         DnsServer(cluster.store, cluster.network.dns_service_ip,
                   address_file=cluster.config.data_dir / ADDRESS_FILE, fabric=cluster.fabric,
-                  component_log=ComponentLog.in_dir(cluster.config.data_dir, "coredns")),
+                  component_log=ComponentLog.in_dir(cluster.config.data_dir, "coredns"), ops=cluster.ops),
     ]

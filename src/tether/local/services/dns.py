@@ -10,7 +10,15 @@ Names answered (TTL 5 s, authoritative):
 - `<a-b-c-d>.<ns>.pod.cluster.local`: A with the address the name spells.
 
 Unknown names in `cluster.local` get NXDOMAIN (or NODATA) with the zone's SOA in the authority
-section; names outside it get REFUSED: this server forwards nothing.
+section.
+
+What else it does follows the `Corefile` key of the `kube-system/coredns` ConfigMap, read at start
+and after every edit (`corefile`, `dnsplugins`): server blocks per zone, `rewrite` (Semaphore's
+stanza works as written), `forward` (to loopback upstreams only unless allowed), `cache`,
+`kubernetes` options (`ttl`, `fallthrough`), `log`, `errors`, `loadbalance`. A plugin it does not
+run, or a Corefile it cannot read, gives a Warning Event on the ConfigMap (an unreadable one
+keeps the previous configuration, as CoreDNS's `reload` does). Without the ConfigMap it acts as
+kubeadm's default Corefile says.
 
 Its own log (`component_log`, served as the log of the `coredns-...` pod in `kube-system`) says
 where it serves and each error, in CoreDNS's words (`[INFO]`, `[ERROR] plugin/errors: ...`); with
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import ipaddress
 import json
 import logging
@@ -36,7 +45,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -46,14 +55,18 @@ from tether.local.componentlog import ComponentLog
 from tether.local.netns import HostFabric
 from tether.local.network import ClusterNetwork
 from tether.local.services.allocation import SERVICES
+from tether.local.services.corefile import Config, CorefileError, compile_corefile, default_corefile
+from tether.local.services.dnsplugins import Forward, Resolver
 from tether.local.services.endpoints import SERVICE_NAME_LABEL, SLICES
 from tether.local.services.watch import start_signals
-from tether.local.store import Store
+from tether.local.store import Store, follow
+from tether.net import dnsclient
 from tether.net import dnswire as w
 from tether.objects import Obj
 
 if TYPE_CHECKING:
     from tether.local.cluster import LocalCluster
+    from tether.local.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +76,10 @@ PRIVILEGED_PORT = 53
 UNPRIVILEGED_PORT = 10053
 ADDRESS_FILE = "dns.json"
 LOG_ENV = "TETHER_LOCAL_DNS_LOG"  # "queries": log every query (CoreDNS's `log` plugin)
+CONFIG_NAMESPACE = "kube-system"
+CONFIG_NAME = "coredns"
+CONFIGMAPS = "/configmaps"
+FORWARD_TIMEOUT_S = 2.0
 RCODE_NAMES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
 TYPE_NAMES = {1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA", 33: "SRV",
               255: "ANY"}
@@ -311,22 +328,32 @@ class _Udp(asyncio.DatagramProtocol):
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         began = time.perf_counter()
         try:
-            reply = respond(data, self.server.zone(), limit=self.server.config.max_udp_bytes)
+            outcome = self.server.resolve(data, 1)
         except Exception as exc:  # one bad query must not stop the server
             log.exception("dns: failed to answer a UDP query from %s", addr)
             self.server.log_error(f"answering a UDP query from {addr[0]}:{addr[1]}: {exc!r}")
             return
-        if self.server.config.log_queries:
+        if isinstance(outcome, Forward):
+            self.server.spawn(self._forwarded(data, outcome, addr, began))
+            return
+        self._reply(data, outcome, addr, began)
+
+    def _reply(self, data: bytes, reply: bytes | None, addr: tuple[str | Any, int], began: float) -> None:
+        if self.server.logs_queries:
             self.server.log_query(data, reply, addr, "udp", time.perf_counter() - began)
-        if reply is not None and self.transport is not None:
+        if reply is not None and self.transport is not None and not self.transport.is_closing():
             self.transport.sendto(reply, addr)
+
+    async def _forwarded(self, data: bytes, step: Forward, addr: tuple[str | Any, int], began: float) -> None:
+        self._reply(data, await self.server.forward(data, step), addr, began)
 
 
 class DnsServer:
     def __init__(self, store: Store, ip: str, *, config: DnsConfig | None = None,
                  address_file: Path | None = None, fabric: HostFabric | None = None,
-                 component_log: ComponentLog | None = None) -> None:
+                 component_log: ComponentLog | None = None, ops: Operations | None = None) -> None:
         self.store = store
+        self.ops = ops
         self.ip = ip
         self.fabric = fabric or HostFabric(ClusterNetwork.rootless(0))
         self.config = config or DnsConfig(log_queries=os.environ.get(LOG_ENV, "") == "queries")
@@ -338,6 +365,10 @@ class DnsServer:
         self._zone: Zone | None = None
         self._serial = 0
         self._tcp_active = 0
+        self._corefile: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.resolver = Resolver(self._compile(default_corefile(self.config.domain)), self._answer,
+                                 self.config.domain, warn=self.log_line, max_udp=self.config.max_udp_bytes)
 
     def zone(self) -> Zone:
         if self._zone is None or self._changed.is_set():
@@ -345,7 +376,70 @@ class DnsServer:
             self._serial += 1
             self._zone = build_zone(self.store.list_objects(SERVICES), self.store.list_objects(SLICES),
                                     domain=self.config.domain, serial=self._serial)
+            self.resolver.changed()
         return self._zone
+
+    def _answer(self, query: w.Message) -> w.Message:
+        return answer(query, self.zone())
+
+    @property
+    def logs_queries(self) -> bool:
+        return self.config.log_queries or any(b.log for b in self.resolver.config.blocks)
+
+    def resolve(self, data: bytes, transport: int) -> bytes | Forward | None:
+        self.zone()  # rebuilt (and the answer cache emptied) when Services or slices changed
+        return self.resolver.resolve(data, transport)
+
+    async def forward(self, data: bytes, step: Forward) -> bytes | None:
+        try:
+            raw = await dnsclient.exchange(step.query, step.upstreams, tcp=step.tcp, timeout_s=FORWARD_TIMEOUT_S)
+        except dnsclient.DnsClientError as exc:
+            if any(b.errors for b in self.resolver.config.blocks):
+                self.log_error(f"forwarding failed: {exc}")
+            return dnsclient.servfail(data)
+        return step.finish(raw)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # the Corefile ----------------------------------------------------------------------------
+
+    def _compile(self, text: str) -> Config:
+        config = compile_corefile(text)
+        for warning in config.warnings:
+            self.log_line(f"[WARNING] {warning}")
+        return config
+
+    def _configmap_changed(self) -> None:
+        found = self.store.get(CONFIGMAPS, CONFIG_NAMESPACE, CONFIG_NAME)
+        text = str(((found or {}).get("data") or {}).get("Corefile") or "") or default_corefile(self.config.domain)
+        if text == self._corefile:
+            return
+        self._corefile = text
+        try:
+            config = compile_corefile(text)
+        except CorefileError as exc:
+            self.log_error(f"Corefile: {exc}; keeping the previous configuration")
+            self._event(found, "Warning", "InvalidCorefile", f"Corefile not loaded: {exc}; the previous one stays")
+            return
+        self.resolver.changed(config)
+        self.log_line("[INFO] Reloading\n[INFO] plugin/reload: Running configuration SHA512 = "
+                      + hashlib.sha512(text.encode()).hexdigest())
+        for warning in config.warnings:
+            self.log_line(f"[WARNING] {warning}")
+            self._event(found, "Warning", "UnsupportedCorefile", warning)
+        if found is not None and not config.warnings:
+            self._event(found, "Normal", "Reloaded", "Corefile loaded by the cluster DNS")
+
+    def _event(self, configmap: Obj | None, event_type: str, reason: str, message: str) -> None:
+        if configmap is None or self.ops is None:
+            return
+        from tether.local import events
+
+        events.record(self.ops, {"apiVersion": "v1", "kind": "ConfigMap", **configmap}, event_type=event_type,
+                      reason=reason, message=message, component="coredns")
 
     def log_line(self, text: str) -> None:
         if self.component_log is not None:
@@ -378,16 +472,22 @@ class DnsServer:
         log.info("cluster DNS for %s on %s:%d (UDP and TCP)", self.config.domain, *self.address)
         self.log_line(f"{self.config.domain}.:{self.address[1]}\n"
                       f"[INFO] plugin/kubernetes: answering {self.config.domain} from Services and EndpointSlices "
-                      f"on {self.address[0]}:{self.address[1]} (UDP and TCP); other names are refused\n"
+                      f"on {self.address[0]}:{self.address[1]} (UDP and TCP); other names as the Corefile "
+                      f"of {CONFIG_NAMESPACE}/{CONFIG_NAME} says\n"
                       f"[INFO] plugin/log: queries are {'logged' if self.config.log_queries else 'not logged'} "
                       f"(set {LOG_ENV}=queries to log them)\n"
                       f"tether-dns-{__version__} (CoreDNS-compatible answers)")
         try:
             async with asyncio.TaskGroup() as group:
                 start_signals(group, self.store, (SERVICES, SLICES), self._changed)
+                group.create_task(follow(self.store, CONFIGMAPS, CONFIG_NAMESPACE,
+                                         on_event=lambda _event: self._configmap_changed(),
+                                         resync=self._configmap_changed))
                 group.create_task(self._accept(group, tcp_sock))
         finally:
             self.log_line("[INFO] SIGTERM: Shutting down servers then terminating")
+            for task in list(self._tasks):
+                task.cancel()
             transport.close()
             tcp_sock.close()
             if self.address_file is not None:
@@ -423,8 +523,9 @@ class DnsServer:
                 except (asyncio.IncompleteReadError, TimeoutError, OSError):
                     return
                 began = time.perf_counter()
-                reply = respond(data, self.zone())
-                if self.config.log_queries:
+                outcome = self.resolve(data, 0)
+                reply = await self.forward(data, outcome) if isinstance(outcome, Forward) else outcome
+                if self.logs_queries:
                     self.log_query(data, reply, writer.get_extra_info("peername") or ("-", 0), "tcp",
                                    time.perf_counter() - began)
                 if reply is None:

@@ -233,9 +233,12 @@ def node_names_by_ip(nodes: Iterable[Obj]) -> Mapping[str, str]:
 class KernelServices:
     """Keeps every node namespace's `tether-services` table in step with the Services."""
 
-    def __init__(self, store: Store, fabric: HostFabric, *, resync_s: float = 10.0, settle_s: float = 0.05) -> None:
+    def __init__(self, store: Store, fabric: HostFabric, *, resync_s: float = 10.0, settle_s: float = 0.05,
+                 served_elsewhere: frozenset[str] = frozenset()) -> None:
         self.store = store
         self.fabric = fabric
+        # ClusterIPs a component answers on itself (the cluster DNS on kube-dns's): never DNATed
+        self.served_elsewhere = served_elsewhere
         self.resync_s = resync_s
         self.settle_s = settle_s
         self._changed = asyncio.Event()
@@ -243,7 +246,8 @@ class KernelServices:
         self._failed = ""
 
     async def sync(self) -> None:
-        ports = service_ports(self.store.list_objects(SERVICES), self.store.list_objects(SLICES))
+        ports = [p for p in service_ports(self.store.list_objects(SERVICES), self.store.list_objects(SLICES))
+                 if not set(p.cluster_ips) & self.served_elsewhere]
         names = node_names_by_ip(self.store.list_objects(NODES))
         for node_ip, namespace in self.fabric.node_namespaces().items():
             script = render(ports, names.get(node_ip, ""))

@@ -46,6 +46,7 @@ class ProxyConfig:
     buffer_bytes: int = 65536
     node_port_host: str = "127.0.0.1"
     max_affinity_entries: int = 10_000
+    served_elsewhere: frozenset[str] = frozenset()  # ClusterIPs a component serves itself (kube-dns)
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,8 @@ class ServiceProxy:
     def sync(self, group: asyncio.TaskGroup) -> None:
         routes = plan_routes(self.store.list_objects(SERVICES), self.store.list_objects(SLICES),
                              node_port_host=self.config.node_port_host)
+        for address in [a for a in routes if a[0] in self.config.served_elsewhere]:
+            del routes[address]
         for address in [a for a in self.listeners if a not in routes]:
             self._close(address)
         for address in [a for a in self._failed if a not in routes]:
