@@ -117,7 +117,7 @@ def test_preferred_index_is_kept_per_mode(tmp_path: Path) -> None:
 def test_rootless_claims_fill_all_96_then_fail(tmp_path: Path) -> None:
     held = [claim_index(None, tmp_path) for _ in range(MAX_CLUSTERS)]
     try:
-        assert [c.index for c in held] == list(range(96))
+        assert [c.index for c in held] == list(range(32, 96)) + list(range(32))
         assert try_claim(0, tmp_path) is None
         with pytest.raises(NetworkError, match=r"all 96 rootless-mode .* \(indexes 0\.\.95\) .* `tether local down`$"):
             claim_index(None, tmp_path)
@@ -125,3 +125,19 @@ def test_rootless_claims_fill_all_96_then_fail(tmp_path: Path) -> None:
         for claim in held:
             claim.release()
     assert len(free_indexes(lock_dir=tmp_path)) == 96
+
+
+def test_rootless_clusters_leave_the_netns_indexes_free(tmp_path: Path) -> None:
+    held = [claim_index(None, tmp_path) for _ in range(MAX_CLUSTERS - MAX_NETNS_CLUSTERS)]
+    try:
+        assert sorted(c.index for c in held) == list(range(MAX_NETNS_CLUSTERS, MAX_CLUSTERS))
+        assert free_indexes(NETNS, tmp_path) == list(range(MAX_NETNS_CLUSTERS))
+        netns = claim_index(None, tmp_path, mode=NETNS)  # still possible with 64 rootless running
+        held.append(netns)
+        assert netns.index == 0
+        overflow = claim_index(None, tmp_path)  # only then does a rootless cluster take a low one
+        held.append(overflow)
+        assert overflow.index == 1
+    finally:
+        for claim in held:
+            claim.release()

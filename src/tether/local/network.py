@@ -21,7 +21,9 @@ Netns clusters also meet the host and each other on an underlay (see `tether.loc
 10.200.0.254 (the same address on every host link, as one site seen from every cluster).
 
 Both modes share one index space (the machine-wide claims below), so a netns cluster and a
-rootless cluster never hold the same index.
+rootless cluster never hold the same index. A new rootless cluster takes the lowest free index
+from 32 up first, and an index below 32 only when those are gone, so rootless clusters leave
+the netns indexes free.
 
 Rootless clusters can keep only loopback addresses on this machine: an IP pool or podCIDR outside
 127.0.0.0/8 (`is_local_range`) would give pods addresses no route on this machine leads to, and
@@ -236,7 +238,11 @@ def claim_index(preferred: int | None, lock_dir: Path = LOCK_DIR, mode: str = RO
     with contextlib.suppress(OSError):
         lock_dir.chmod(0o1777)  # shared by every user's clusters on this machine
     first = [preferred] if preferred is not None and 0 <= preferred < limit else []
-    for index in first + [i for i in range(limit) if i != preferred]:
+    # Rootless clusters take the indexes netns mode cannot use first, so that rootless clusters
+    # running on the machine leave the 32 netns indexes to netns clusters as long as they can.
+    order = (list(range(MAX_NETNS_CLUSTERS, limit)) + list(range(MAX_NETNS_CLUSTERS))
+             if mode == ROOTLESS else list(range(limit)))
+    for index in first + [i for i in order if i != preferred]:
         claim = try_claim(index, lock_dir)
         if claim is not None:
             return claim
