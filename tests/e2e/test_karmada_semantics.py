@@ -48,6 +48,9 @@ async def copies(fleet: Fleet, ns: str, name: str = "nginx",
 
 
 async def propagate_nginx(fleet: Fleet, ns: str) -> None:
+    # a member another test rejoined or restarted may not be Ready yet: a divided schedule made
+    # before it is, is kept (as in Karmada), so wait rather than expect one replica each
+    fleet.wait_members_ready()
     fleet.kubectl("host", "apply", "-n", ns, "-f", DEPLOY, "-f", POLICY)
 
     async def one_each() -> bool:

@@ -175,9 +175,19 @@ def web_pod_ip(m: Mesh, cluster: str) -> str:
     return found
 
 
+def pod_ns(m: Mesh, cluster: str, pod_ip: str) -> str:
+    """The network namespace of the pod with `pod_ip` (every pod has its own in netns mode)."""
+    from tether.local.netns import pod_namespace
+
+    for pod in m.json(cluster, "get", "pods")["items"]:
+        if (pod.get("status") or {}).get("podIP") == pod_ip:
+            return pod_namespace(m.networks[cluster].index, str(pod["metadata"]["uid"]))
+    raise AssertionError(f"no pod with IP {pod_ip} in {cluster}")
+
+
 def fetch(m: Mesh, source_cluster: str, source_ip: str, target_ip: str) -> str:
-    result = run("ip", "netns", "exec", m.node_ns(source_cluster), sys.executable, "-c", CONNECT, source_ip,
-                 target_ip, "80", check=False)
+    result = run("ip", "netns", "exec", pod_ns(m, source_cluster, source_ip), sys.executable, "-c", CONNECT,
+                 source_ip, target_ip, "80", check=False)
     return result.stdout.strip() or result.stderr.strip().splitlines()[-1]
 
 
