@@ -139,7 +139,8 @@ class KubeFedDnsController:
                 log.exception("kubefed dns: syncing members failed")
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), MEMBERS_RECHECK_S)
+                async with asyncio.timeout(MEMBERS_RECHECK_S):  # wait_for may drop a cancel (3.11)
+                    await self._changed.wait()
 
     async def _sync_members(self) -> None:
         wanted = {m.view.name: m for m in self.members()}

@@ -154,7 +154,8 @@ class McsController:
                 log.exception("mcs: syncing members failed")
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), MEMBERS_RECHECK_S)
+                async with asyncio.timeout(MEMBERS_RECHECK_S):  # wait_for may drop a cancel (3.11)
+                    await self._changed.wait()
 
     async def _sync_members(self) -> None:
         wanted = {m.name: m for m in self.members() if m.ready}

@@ -124,6 +124,7 @@ class PolicyEnforcer:
             while True:
                 await self.sync()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), self.resync_s)
+                    async with asyncio.timeout(self.resync_s):  # wait_for may drop a cancel (3.11)
+                        await self._changed.wait()
                 await asyncio.sleep(self.settle_s)
                 self._changed.clear()
