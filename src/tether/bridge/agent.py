@@ -42,6 +42,7 @@ from tether.bridge.channel import (
     stream_from_asyncio,
 )
 from tether.bridge.muxconn import MuxConnection, MuxDatagrams, OpenRequest, StreamReset
+from tether.net import dnsclient, dnswire
 from tether.net.httpserver import HttpServer, Request, Response, UpgradeResponse
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,9 @@ class AgentConfig:
     control_port: int = DEFAULT_CONTROL_PORT
     dial_timeout_s: float = DEFAULT_DIAL_TIMEOUT_S
     own_addresses: tuple[str, ...] = ()
+    # Asked for names the pod's own resolver does not know: where pods share the machine's
+    # resolver (rootless local clusters), cluster names resolve only here.
+    cluster_dns: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -296,8 +300,28 @@ class BridgeAgent:
         try:
             infos = await loop.getaddrinfo(host, port, type=kind)
         except (OSError, UnicodeError) as exc:
-            raise DialFailed(f"cannot resolve {host}: {exc}") from None
+            found = await self._ask_cluster_dns(host)
+            if not found:
+                raise DialFailed(f"cannot resolve {host}: {exc}") from None
+            return found
         return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+    async def _ask_cluster_dns(self, host: str) -> list[str]:
+        if not self.config.cluster_dns or len(host) > 253:
+            return []
+        name = host.rstrip(".")
+        candidates = [name] if name.count(".") >= 4 else [name, f"{name}.svc.cluster.local",
+                                                          f"{name}.cluster.local"]
+        for candidate in candidates:
+            try:
+                query = dnswire.make_query(int.from_bytes(os.urandom(2), "big"), candidate, dnswire.TYPE_A)
+                reply = dnswire.parse_message(await dnsclient.exchange(query, self.config.cluster_dns))
+            except (dnsclient.DnsClientError, ValueError):
+                continue
+            found = [r.rdata.address for r in reply.answers if isinstance(r.rdata, dnswire.A)]
+            if found:
+                return found
+        return []
 
     async def _checked(self, host: str, port: int, kind: int) -> list[str]:
         addresses = await self._resolve(host, port, kind)

@@ -331,7 +331,7 @@ class PortForward:
         if self._failure is None:
             self._failure = error
         self._closed.set()
-        for state in set(self._streams.values()):
+        for state in {id(s): s for s in self._streams.values()}.values():
             if state.failure is None:
                 state.failure = error
             if not state.replied.done():
