@@ -80,6 +80,8 @@ async def test_tcp_through_agent_with_half_close_and_bulk() -> None:
         await writer
         await stream.aclose()
         assert channel.agent.get("role") == "agent"
+        assert (channel.stats.bytes_sent, channel.stats.bytes_received, channel.stats.streams_opened) == \
+            (len(payload), len(payload), 1)
 
 
 async def test_many_streams_at_once() -> None:
@@ -222,3 +224,40 @@ async def test_open_without_agent_fails_within_deadline() -> None:
     with pytest.raises(ChannelLost, match="no bridge agent in nowhere"):
         await channel.open_tcp("127.0.0.1", 80)
     await channel.aclose()
+
+
+async def test_slow_reader_bounds_what_the_agent_buffers() -> None:
+    """A destination that sends fast to a client that does not read: the agent stops reading it
+    once the client's window is used up, rather than buffering everything."""
+    total = 32 * 1024 * 1024
+    written = 0
+    done = asyncio.Event()
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal written
+        chunk = b"z" * 65536
+        try:
+            while written < total:
+                writer.write(chunk)
+                await writer.drain()
+                written += len(chunk)
+        finally:
+            done.set()
+            writer.close()
+
+    server = await asyncio.start_server(flood, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, _agent() as agent, MuxChannel("test", tcp_connector("127.0.0.1", agent.port)) as channel:
+        stream = await channel.open_tcp("127.0.0.1", port)
+        await _until(lambda: written >= 1024 * 1024)  # a window's worth got through
+        await asyncio.sleep(1.0)  # plenty of time to buffer everything, were nothing holding it back
+        assert written < 12 * 1024 * 1024, written  # one 1 MiB window plus socket buffers, not 32 MiB
+        assert not done.is_set()
+        for connection in agent._connections:
+            assert connection.session.pending_output < 2 * 1024 * 1024
+        received = 0
+        async with asyncio.timeout(DEADLINE_S):
+            while chunk := await stream.receive():
+                received += len(chunk)
+        assert received == total
+        await stream.aclose()

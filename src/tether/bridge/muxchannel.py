@@ -30,7 +30,7 @@ from tether.bridge.channel import (
     ReverseStream,
     stream_from_asyncio,
 )
-from tether.bridge.muxconn import KEEPALIVE_INTERVAL_S, MuxConnection, OpenRequest
+from tether.bridge.muxconn import KEEPALIVE_INTERVAL_S, MuxConnection, MuxStats, OpenRequest
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ class MuxChannel:
         self._handlers: dict[tuple[str, int], ReverseHandler] = {}
         self._reverse_tasks: set[asyncio.Task[None]] = set()
         self.connects = 0  # how many connections were made (a reconnect adds one)
+        self._past = MuxStats()  # counters of connections that have ended
         self.agent: dict[str, object] = {}  # what the agent said in its HELLO
 
     @property
@@ -145,6 +146,15 @@ class MuxChannel:
                 raise
         return _Registration(self, route, port)
 
+    @property
+    def stats(self) -> MuxStats:
+        """Bytes and streams over this channel's life, across reconnections."""
+        total = MuxStats()
+        total.add(self._past)
+        if self._connection is not None:
+            total.add(self._connection.stats)
+        return total
+
     async def status(self) -> dict[str, object]:
         """The agent's own report (routes, connections, streams)."""
         connection = await self._live()
@@ -199,6 +209,8 @@ class MuxChannel:
             self._last_error = f"connection lost: {connection.lost_reason}"
             log.info("%s: bridge agent connection lost (%s); reconnecting", self._cluster, connection.lost_reason)
             await connection.aclose()
+            self._past.add(connection.stats)
+            self._connection = None
 
     async def _connect(self) -> MuxConnection:
         transport = await self._connector()

@@ -129,6 +129,7 @@ class MuxStream:
                 continue
             taken = session.send_data(self.id, bytes(view))
             self.bytes_out += taken
+            self._connection.stats.bytes_sent += taken
             view = view[taken:]
             self._connection._kick()
         await self._connection._drained()
@@ -174,6 +175,7 @@ class MuxDatagrams:
         if len(payload) > mux.MAX_DATA_FRAME:
             return  # larger than a frame carries: dropped, as an oversized datagram would be
         if session.send_data(self.id, payload):  # else dropped: the peer is not reading, as UDP may
+            self._connection.stats.bytes_sent += len(payload)
             self._connection._kick()
 
     async def receive(self) -> bytes:
@@ -191,6 +193,22 @@ class MuxDatagrams:
 _Endpoint = MuxStream | MuxDatagrams
 
 
+@dataclass
+class MuxStats:
+    """Counters for status reports (payload bytes, not framing)."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    streams_opened: int = 0  # by this side
+    streams_accepted: int = 0  # opened by the peer
+
+    def add(self, other: MuxStats) -> None:
+        self.bytes_sent += other.bytes_sent
+        self.bytes_received += other.bytes_received
+        self.streams_opened += other.streams_opened
+        self.streams_accepted += other.streams_accepted
+
+
 class MuxConnection:
     """A session over a transport; `start()` it, `aclose()` it, `wait_lost()` for its end."""
 
@@ -199,6 +217,7 @@ class MuxConnection:
                  window: int = mux.INITIAL_WINDOW, keepalive_s: float = KEEPALIVE_INTERVAL_S,
                  name: str = "") -> None:
         self.session = mux.MuxSession(role, window=window, hello=hello or {})
+        self.stats = MuxStats()
         self.name = name or role
         self.peer_hello: dict[str, Any] = {}
         self._transport = transport
@@ -318,6 +337,7 @@ class MuxConnection:
         return self.session
 
     async def _await_open(self, stream_id: int, endpoint: _Endpoint, what: str, timeout_s: float) -> None:
+        self.stats.streams_opened += 1
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending_opens[stream_id] = future
         self._endpoints[stream_id] = endpoint
@@ -395,6 +415,7 @@ class MuxConnection:
             self._kick()
 
     def _accept(self, opened: mux.StreamOpened) -> MuxStream:
+        self.stats.streams_accepted += 1
         stream = MuxStream(self, opened.stream)
         self._check().accept(opened.stream)
         self._endpoints[opened.stream] = stream
@@ -402,6 +423,7 @@ class MuxConnection:
         return stream
 
     def _accept_datagrams(self, opened: mux.StreamOpened) -> MuxDatagrams:
+        self.stats.streams_accepted += 1
         datagrams = MuxDatagrams(self, opened.stream)
         self._check().accept(opened.stream)
         self._endpoints[opened.stream] = datagrams
@@ -475,6 +497,7 @@ class MuxConnection:
             if endpoint is None:
                 return
             if isinstance(event, mux.DataReceived):
+                self.stats.bytes_received += len(event.data)
                 endpoint._data(event.data)
             elif isinstance(event, mux.EofReceived):
                 endpoint._end()
