@@ -268,9 +268,11 @@ async def measure_all(paths: list[tuple[str, str, int]], args: argparse.Namespac
 def _stop(proc: subprocess.Popen[str] | None) -> None:
     if proc is None:
         return
-    if proc.stdin is not None:
+    if proc.stdin is not None:  # the forwarder ends when its stdin closes
         with contextlib.suppress(OSError):
             proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
     proc.terminate()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
@@ -396,7 +398,14 @@ def main() -> None:
         parser.add_argument(hidden, default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "forward":
-        asyncio.run(role_forward(args))
+        profile = os.environ.get("TETHER_BENCH_PROFILE")  # a path: the forwarder runs under cProfile
+        if profile:
+            import cProfile
+            profiler = cProfile.Profile()
+            profiler.runcall(asyncio.run, role_forward(args))
+            profiler.dump_stats(profile)
+        else:
+            asyncio.run(role_forward(args))
         return
     data_dir = Path(tempfile.mkdtemp(prefix="tether-bench-bridge-"))
     try:

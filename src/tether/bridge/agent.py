@@ -350,7 +350,10 @@ class BridgeAgent:
             self.stats.failed_dials += 1
             request.reject(str(exc))
             return
-        await splice(request.accept(), target)
+        try:
+            await splice(request.accept(), target)
+        except* (BridgeError, OSError):
+            pass  # one side went away mid-stream (the client's connection dropped): the stream is over
 
     async def _dial(self, addresses: list[str], port: int) -> ByteStream:
         last: BaseException | None = None

@@ -127,7 +127,7 @@ class MuxStream:
                 self._writable.clear()
                 await self._writable.wait()
                 continue
-            taken = session.send_data(self.id, bytes(view))
+            taken = session.send_data(self.id, view)
             self.bytes_out += taken
             self._connection.stats.bytes_sent += taken
             view = view[taken:]
