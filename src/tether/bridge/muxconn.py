@@ -116,7 +116,8 @@ class MuxStream:
         return data
 
     async def send(self, data: bytes) -> None:
-        view = memoryview(data)
+        # The session keeps a reference until it is written: never to a buffer the caller may reuse.
+        view = memoryview(data if type(data) is bytes else bytes(data))
         while view:
             if self._error is not None:
                 raise self._error
