@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tether.bridge.agent import AgentConfig, BridgeAgent, ReverseRoutes, RouteNotFound
+from tether.bridge.agent import AgentConfig, BridgeAgent, ReverseRoutes, RouteNotFound, dial_reverse
 from tether.bridge.channel import (
     ChannelLost,
     DialFailed,
@@ -161,6 +161,16 @@ async def test_reverse_route_in_process_and_over_control_port() -> None:
         await upgraded.send(b"ping")
         assert await _read_all(upgraded) == b"developer got ping"
         await upgraded.aclose()
+        # the same with the client helper a router pod uses
+        helper = await dial_reverse("127.0.0.1", agent.control_port, "naison-e4be", 3001, "router:1")
+        await helper.send(b"hi")
+        assert await _read_all(helper) == b"developer got hi"
+        await helper.aclose()
+        assert seen[-1].peer == "router:1"
+        with pytest.raises(RouteNotFound):
+            await dial_reverse("127.0.0.1", agent.control_port, "nobody", 3001)
+        with pytest.raises(DialFailed, match="serves no route"):
+            await dial_reverse("127.0.0.1", agent.control_port, "naison-e4be", 9999)
         # an unknown route is a 404, and a port the developer does not serve is refused
         with pytest.raises(RouteNotFound):
             await routes.open("someone-else", 3001)

@@ -433,7 +433,8 @@ class MuxConnection:
 
     def _reject(self, stream_id: int, reason: str) -> None:
         if not self._lost.is_set() and self.session.is_open(stream_id):
-            self.session.reject(stream_id, reason)
+            with contextlib.suppress(mux.MuxUsageError):  # already accepted: the caller closes it
+                self.session.reject(stream_id, reason)
             self._kick()
 
     # -- tasks
