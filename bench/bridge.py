@@ -388,9 +388,10 @@ def report(results: dict[str, PathResult]) -> str:
 NOTES = """- All three paths share the machine's CPUs with the local cluster (API server, kubelet, the pod's
   server, the agent) and, on this shared 2-CPU host, with other work (load average above): the
   numbers are the machine's, not the protocol's ceiling, and single rounds vary by 2x. Other runs
-  the same day (1 round each, load 4-9): mux/kubectl keep-alive req/s 2.77x, 0.97x, 1.02x; added
-  p50 1.35 ms, 5.5 ms, 4.5 ms (kubectl's own p50 was 3.3, 5.8 and 4.6 ms in those runs: under load
-  both paths queue behind the same CPUs); new-connection rate 2.2x, 1.6x, 0.7x.
+  the same day (load 4-9): mux/kubectl keep-alive req/s 2.77x, 0.97x, 0.90x; added p50 1.35 ms,
+  5.5 ms, 3.8 ms (kubectl's own p50 was 3.3, 5.8 and 3.7 ms in those runs: under load both paths
+  queue behind the same CPUs, and the 2 ms goal is then missed by kubectl too); new-connection
+  rate 2.2x, 1.6x, 2.3x.
 - The mux path has the hops of kubectl's (client -> local listener -> API server -> kubelet ->
   pod) plus the agent and the splice in the forwarder; it gains by opening one SPDY stream pair
   once, so a new TCP connection is one mux frame instead of two SPDY streams and a kubelet dial.
