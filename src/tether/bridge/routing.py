@@ -1,0 +1,216 @@
+"""Where an intercepted Service's traffic goes: the routing proxy's decisions, without I/O.
+
+A request belongs to a developer when its `kubernetes-route-as` header (Bridge to Kubernetes'
+name) or a `kubernetes-route-as=NAME` member of its W3C `baggage` header names a registered
+route; everything else, and every connection that is not HTTP/1.1, goes to the original pods.
+An `--all` intercept takes every connection of the Service, HTTP or not.
+
+The router and the developer's machine speak a one-line handshake on parked connections (see
+`docs/bridge.md`): the developer parks connections at the router ahead of time, so the router
+never dials the developer and no port opens on the developer's machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+ROUTE_HEADER = "kubernetes-route-as"
+BAGGAGE_HEADER = "baggage"
+MAX_ROUTE_NAME = 40  # leaves room for the object names derived from it (63-character limit)
+_ROUTE_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
+_REQUEST_LINE = re.compile(rb"[A-Z]{1,20} [\x21-\x7e]+ HTTP/1\.[01]\r\n")
+_REQUEST_LINE_START = re.compile(rb"[A-Z]{1,20}(?: [\x21-\x7e]*(?: [HTP/1.0]{0,8}\r?)?)?")
+MAX_REQUEST_LINE = 8192
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+HTTP1, H2C, OTHER, NEED_MORE = "http1", "h2c", "other", "more"
+
+PARK_MAGIC = "TETHER-PARK/1"
+MAX_PARK_LINE = 512
+
+
+class RouteNameError(ValueError):
+    """A route-as name tether cannot use."""
+
+
+def validate_route_name(name: str) -> str:
+    """A route name is a DNS label (it is a header value, part of object names and a subdomain)."""
+    if not name:
+        raise RouteNameError("the route-as name is empty")
+    if len(name) > MAX_ROUTE_NAME:
+        raise RouteNameError(f"route-as name {name[:60]!r} is longer than {MAX_ROUTE_NAME} characters")
+    if not _ROUTE_NAME.fullmatch(name):
+        raise RouteNameError(
+            f"route-as name {name[:60]!r} is not usable as a header value and hostname label: use "
+            "lower-case letters, digits and '-', starting and ending with a letter or digit "
+            "(like naison-e4be)")
+    return name
+
+
+def default_route_name(user: str, suffix: str) -> str:
+    """`$USER-<4 hex>` as Bridge to Kubernetes names it (`naison-e4be`), made a valid label."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", user.lower()).strip("-")[:MAX_ROUTE_NAME - 5].strip("-")
+    return f"{cleaned or 'dev'}-{suffix}"
+
+
+def baggage_route(value: str) -> str | None:
+    """The `kubernetes-route-as` member of a W3C baggage header (`k=v;prop, k2=v2`), decoded."""
+    for member in value.split(","):
+        key, eq, rest = member.partition("=")
+        if eq and key.strip() == ROUTE_HEADER:
+            return urllib.parse.unquote(rest.split(";", 1)[0].strip())
+    return None
+
+
+def request_route(fields: Iterable[tuple[str, str]]) -> str | None:
+    """The route a request asks for: the header first, else the baggage member."""
+    from_baggage: str | None = None
+    for name, value in fields:
+        lowered = name.lower()
+        if lowered == ROUTE_HEADER:
+            return value.strip()
+        if lowered == BAGGAGE_HEADER and from_baggage is None:
+            from_baggage = baggage_route(value)
+    return from_baggage
+
+
+@dataclass(frozen=True)
+class Destination:
+    """`developer` with the route whose developer gets it, or `original` (the cloned Service)."""
+
+    kind: str
+    route: str = ""
+
+    @property
+    def developer(self) -> bool:
+        return self.kind == "developer"
+
+
+ORIGINAL = Destination("original")
+
+
+def decide(route: str | None, routes: frozenset[str]) -> Destination:
+    """A request's destination, given the route it asks for and the routes registered."""
+    if route and route in routes:
+        return Destination("developer", route)
+    return ORIGINAL
+
+
+def sniff(first: bytes) -> str:
+    """What a connection speaks, from its first bytes: HTTP/1.x, h2c prior knowledge, other,
+    or NEED_MORE to tell. HTTP/1.x starts with a whole request line (`METHOD target HTTP/1.x`)."""
+    if not first:
+        return NEED_MORE
+    if H2_PREFACE.startswith(first[:len(H2_PREFACE)]) and first[:3] == b"PRI":
+        return H2C if len(first) >= len(H2_PREFACE) else NEED_MORE
+    if _REQUEST_LINE.match(first):
+        return HTTP1
+    if b"\n" not in first and len(first) < MAX_REQUEST_LINE and _REQUEST_LINE_START.fullmatch(first):
+        return NEED_MORE
+    return OTHER
+
+
+# the parked-connection handshake ------------------------------------------------------------
+
+
+def token_digest(token: str) -> str:
+    """What the session object records: the router compares digests, the token stays local."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def encode_park(route: str, token: str) -> bytes:
+    return f"{PARK_MAGIC} {route} {token}\n".encode()
+
+
+@dataclass(frozen=True)
+class Park:
+    route: str
+    token: str
+
+
+def parse_park(line: bytes) -> Park:
+    """The developer's first line on a parked connection; `ValueError` with a reason if bad."""
+    if len(line) > MAX_PARK_LINE or not line.endswith(b"\n"):
+        raise ValueError("park line too long or unterminated")
+    parts = line.decode("ascii", "replace").strip().split(" ")
+    if len(parts) != 3 or parts[0] != PARK_MAGIC:
+        raise ValueError("not a park line")
+    validate_route_name(parts[1])
+    return Park(parts[1], parts[2])
+
+
+def authorize_park(park: Park, digests: Mapping[str, str]) -> str | None:
+    """None when the park may serve its route, else why not."""
+    expected = digests.get(park.route)
+    if expected is None:
+        return f"route {park.route!r} is not registered"
+    if not hmac.compare_digest(token_digest(park.token), expected):
+        return f"wrong token for route {park.route!r}"
+    return None
+
+
+def encode_go(peer: str) -> bytes:
+    """Router -> developer: this parked connection now carries a connection from `peer`."""
+    return f"GO {peer}\n".encode()
+
+
+def parse_go(line: bytes) -> str:
+    text = line.decode("ascii", "replace").strip()
+    if not text.startswith("GO"):
+        raise ValueError(f"unexpected line from the router: {text[:60]!r}")
+    return text[3:]
+
+
+# names ---------------------------------------------------------------------------------------
+
+
+def _bounded(name: str, suffix: str) -> str:
+    """`name + suffix` within 63 characters; a shortened name gets a hash so names stay unique."""
+    if len(name) + len(suffix) <= 63:
+        return name + suffix
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{name[:63 - len(suffix) - 7]}-{digest}{suffix}"
+
+
+def cloned_service_name(service: str) -> str:
+    return _bounded(service, "-cloned-routing-svc")
+
+
+def router_name(service: str) -> str:
+    return _bounded(service, "-tether-router")
+
+
+def session_name(route: str) -> str:
+    return f"tether-intercept-{route}"
+
+
+def router_selector(service: str) -> dict[str, str]:
+    return {"tether.io/router": router_name(service)}
+
+
+def selector_patch(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, str | None]:
+    """A merge patch turning selector `current` into exactly `wanted` (removed keys null)."""
+    patch: dict[str, str | None] = {key: None for key in current if key not in wanted}
+    patch.update(wanted)
+    return patch
+
+
+def listen_ports(service_ports: Sequence[Mapping[str, object]], named: Mapping[str, int]) -> dict[int, int]:
+    """Service port -> the port the router listens on (the target port the Service sends to:
+    a number, or a name resolved through the original pods' container ports in `named`)."""
+    out: dict[int, int] = {}
+    for port in service_ports:
+        target = port.get("targetPort", port.get("port"))
+        if isinstance(target, str) and not target.isdigit():
+            if target not in named:
+                raise ValueError(f"the Service's targetPort {target!r} names no container port of its pods")
+            number = named[target]
+        else:
+            number = int(str(target))
+        out[int(str(port["port"]))] = number
+    return out
