@@ -1,0 +1,289 @@
+"""`tether intercept` on a local cluster with the seed's names: `stats-api` (two nginx pods, port
+80) in `todo-app`, the developer's program on 127.0.0.1:3001 (here: an HTTP server in the test).
+
+- `--route-as naison-e4be`: a request with `kubernetes-route-as: naison-e4be` (from a pod, and
+  to the Service's ClusterIP) reaches the local program, one without it the original pods; the
+  baggage form too; a second developer gets their own requests; 1,000 requests without the
+  header all succeed; raw TCP reaches the original pods; `tether bridge intercepts` lists both;
+  the same name from another session is refused; `leave` restores the Service exactly.
+- `--all`: every request reaches the local program.
+- SIGKILL of the client: within restore-after + 10 s the Service routes to its pods and nothing of
+  the session is left; a client that comes back before expiry resumes.
+- Bad input (route name, TARGET without a Service, a port the Service lacks) changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_util import manifest, poll
+
+pytestmark = pytest.mark.e2e
+
+NS = "todo-app"
+SVC = "stats-api"
+TIMEOUT_S = 120.0
+
+
+class Local(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    label = "local"
+
+    def do_GET(self) -> None:
+        body = f"{self.label} {self.headers.get('kubernetes-route-as', '')}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def local_program(port: int, label: str) -> Iterator[None]:
+    handler = type(f"Local_{label}", (Local,), {"label": label})
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def base_args(clusters: Any) -> list[str]:
+    return ["--kubeconfig", str(clusters.kubeconfig), "--context", clusters.names[0]]
+
+
+def tether(clusters: Any, *args: str, state: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tether", *args, *base_args(clusters)], capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "XDG_STATE_HOME": str(state)})
+
+
+def start_intercept(clusters: Any, *args: str, state: Path, log: Path) -> subprocess.Popen[bytes]:
+    handle = log.open("ab")
+    return subprocess.Popen([sys.executable, "-m", "tether", "intercept", SVC, "-n", NS, *args, *base_args(clusters)],
+                            stdout=handle, stderr=subprocess.STDOUT,
+                            env={**os.environ, "XDG_STATE_HOME": str(state), "USER": "naison"})
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def app(clusters: Any) -> Iterator[dict[str, Any]]:
+    clusters.kubectl("create", "namespace", NS, check=False)
+    labels = {"app": SVC}
+    clusters.kubectl("apply", "-n", NS, "-f", "-", input=manifest(
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": SVC},
+         "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels},
+                               "spec": {"containers": [{"name": "web", "image": "nginx",
+                                                        "ports": [{"containerPort": 80, "name": "http"}]}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SVC},
+         "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "todos-db"},
+         "spec": {"ports": [{"port": 27017}]}},  # no selector: nothing to intercept
+    ))
+    poll(lambda: len(ready_addresses(clusters)) == 2, timeout=TIMEOUT_S, interval=0.5, what="two ready stats-api pods")
+    svc = clusters.kubectl_json("get", "service", SVC, "-n", NS)
+    yield svc
+    clusters.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+def ready_addresses(clusters: Any) -> list[str]:
+    endpoints = clusters.kubectl_json("get", "endpoints", SVC, "-n", NS)
+    return [a["ip"] for s in endpoints.get("subsets") or [] for a in s.get("addresses") or []]
+
+
+def get(ip: str, headers: dict[str, str] | None = None, path: str = "/") -> str:
+    connection = http.client.HTTPConnection(ip, 80, timeout=15)
+    try:
+        connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        return f"{response.status} {response.read().decode(errors='replace')}"
+    except (OSError, http.client.HTTPException) as exc:  # while the Service moves: asked again
+        return f"error {exc!r}"
+    finally:
+        connection.close()
+
+
+def is_original(answer: str) -> bool:
+    return answer.startswith("200 ") and "Welcome to nginx" in answer
+
+
+def comparable(service: dict[str, Any]) -> dict[str, Any]:
+    """The Service without what any write changes (managedFields, resourceVersion)."""
+    copy = json.loads(json.dumps(service))
+    for key in ("managedFields", "resourceVersion", "generation"):
+        copy["metadata"].pop(key, None)
+    return copy  # type: ignore[no-any-return]
+
+
+def leftovers(clusters: Any) -> list[str]:
+    found = []
+    for kind in ("configmaps", "leases", "deployments", "services", "serviceaccounts", "roles", "rolebindings"):
+        items = clusters.kubectl_json("get", kind, "-n", NS, "-l", "app.kubernetes.io/managed-by=tether")["items"]
+        found += [f"{kind}/{i['metadata']['name']}" for i in items if not i["metadata"].get("deletionTimestamp")]
+    return found
+
+
+def wait_routed(ip: str, route: str, label: str) -> None:
+    poll(lambda: get(ip, {"kubernetes-route-as": route}) == f"200 {label} {route}", timeout=TIMEOUT_S,
+         interval=0.5, what=f"requests for {route} reaching {label}")
+
+
+def test_route_as_header_two_developers_and_leave(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    ip = app["spec"]["clusterIP"]
+    before = comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS))
+    port_a, port_b = 3001, free_port()
+    with local_program(port_a, "local-a"), local_program(port_b, "local-b"):
+        first = start_intercept(clusters, "--port", f"{port_a}:80", "--route-as", "naison-e4be",
+                                state=tmp_path / "a", log=tmp_path / "a.log")
+        second = start_intercept(clusters, "--port", str(port_b), "--route-as", "alice-0001",
+                                 state=tmp_path / "b", log=tmp_path / "b.log")
+        try:
+            wait_routed(ip, "naison-e4be", "local-a")
+            wait_routed(ip, "alice-0001", "local-b")
+            assert is_original(get(ip)), "a request without the header reaches the original pods"
+            assert is_original(get(ip, {"kubernetes-route-as": "nobody"}))
+            assert get(ip, {"baggage": "k=v,kubernetes-route-as=naison-e4be"}) == "200 local-a "
+
+            # From a pod, with the real curl, by the Service's name.
+            clusters.kubectl("run", "client", "-n", NS, "--image", "curlimages/curl", "--restart", "Never",
+                             "--command", "--", "sleep", "3600", check=False)
+            poll(lambda: clusters.kubectl_json("get", "pod", "client", "-n", NS)["status"].get("phase") == "Running",
+                 timeout=TIMEOUT_S, interval=0.5, what="the client pod")
+            from_pod = clusters.kubectl("exec", "-n", NS, "client", "--", "curl", "-s", "-H",
+                                        "kubernetes-route-as: naison-e4be", f"http://{ip}:80/").stdout
+            assert from_pod == "local-a naison-e4be"
+            assert "Welcome to nginx" in clusters.kubectl("exec", "-n", NS, "client", "--", "curl", "-s",
+                                                          f"http://{ip}:80/").stdout
+
+            # Availability: 1,000 requests without the header, on keep-alive connections.
+            failures = 0
+            connection = http.client.HTTPConnection(ip, 80, timeout=15)
+            for i in range(1000):
+                try:
+                    connection.request("GET", f"/?n={i}")
+                    response = connection.getresponse()
+                    failures += response.status != 200 or b"Welcome to nginx" not in response.read()
+                except (OSError, http.client.HTTPException):
+                    failures += 1
+                    connection.close()
+                    connection = http.client.HTTPConnection(ip, 80, timeout=15)
+            connection.close()
+            assert failures == 0
+
+            # Raw TCP (not HTTP) reaches an original pod: nginx answers 400 to a non-request.
+            with socket.create_connection((ip, 80), timeout=15) as raw:
+                raw.sendall(b"\x16\x03\x01hello\r\n\r\n")
+                raw.shutdown(socket.SHUT_WR)
+                answer = b""
+                while chunk := raw.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.") and b"400" in answer.split(b"\r\n")[0]
+
+            listed = tether(clusters, "bridge", "intercepts", "-n", NS, state=tmp_path / "a")
+            assert listed.returncode == 0, listed.stderr
+            assert "naison-e4be" in listed.stdout and "alice-0001" in listed.stdout and "naison" in listed.stdout
+
+            taken = tether(clusters, "intercept", SVC, "-n", NS, "--port", "4000", "--route-as", "alice-0001",
+                           state=tmp_path / "c")
+            assert taken.returncode == 1 and "is taken by" in taken.stderr
+
+            assert tether(clusters, "leave", "alice-0001", "-n", NS, state=tmp_path / "b").returncode == 0
+            second.wait(timeout=60)
+            assert is_original(get(ip, {"kubernetes-route-as": "alice-0001"}))
+            assert get(ip, {"kubernetes-route-as": "naison-e4be"}) == "200 local-a naison-e4be"
+        finally:
+            stop(second)
+            stop(first)
+            clusters.kubectl("delete", "pod", "client", "-n", NS, "--wait=false", check=False)
+    after = comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS))
+    assert after == before, (tmp_path / "a.log").read_text()
+    poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
+    assert is_original(get(ip, {"kubernetes-route-as": "naison-e4be"}))
+
+
+def test_all_takes_every_request(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    ip = app["spec"]["clusterIP"]
+    with local_program(3001, "local-all"):
+        process = start_intercept(clusters, "--port", "3001", "--all", state=tmp_path, log=tmp_path / "all.log")
+        try:
+            poll(lambda: get(ip) == "200 local-all ", timeout=TIMEOUT_S, interval=0.5, what="every request local")
+            assert get(ip, {"kubernetes-route-as": "someone"}) == "200 local-all someone"
+        finally:
+            stop(process)
+    assert process.returncode == 0, (tmp_path / "all.log").read_text()
+    poll(lambda: is_original(get(ip)), timeout=TIMEOUT_S, interval=0.5, what="the Service back on its pods")
+    poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
+
+
+def test_sigkill_restores_and_a_returning_client_resumes(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    ip = app["spec"]["clusterIP"]
+    before = comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS))
+    restore_after = 6
+    args = ("--port", "3001", "--route-as", "naison-e4be", "--restore-after", str(restore_after))
+    with local_program(3001, "local-k"):
+        process = start_intercept(clusters, *args, state=tmp_path, log=tmp_path / "k.log")
+        wait_routed(ip, "naison-e4be", "local-k")
+        process.kill()
+        process.wait()
+        # Back before the Lease expires: the same session resumes (same name, its token kept here).
+        again = start_intercept(clusters, *args, state=tmp_path, log=tmp_path / "k2.log")
+        try:
+            wait_routed(ip, "naison-e4be", "local-k")
+            assert "resumed" in (tmp_path / "k2.log").read_text()
+        finally:
+            again.kill()
+            again.wait()
+        poll(lambda: is_original(get(ip, {"kubernetes-route-as": "naison-e4be"})) and not leftovers(clusters),
+             timeout=restore_after + 10 + 30, interval=0.5, what="the Service restored after the lease expired")
+    after = comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS))
+    assert after == before
+
+
+def test_bad_input_is_refused_before_anything_changes(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    before = comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS))
+    cases = [
+        (("intercept", SVC, "-n", NS, "--port", "3001", "--route-as", "Naison E4BE"), "not usable as a header value"),
+        (("intercept", SVC, "-n", NS, "--port", "3001:8080"), "does not expose port 8080"),
+        (("intercept", "todos-db", "-n", NS, "--port", "3001"), "has no selector"),
+        (("intercept", "nope", "-n", NS, "--port", "3001"), 'service "nope" not found'),
+        (("intercept", "deploy/nope", "-n", NS, "--port", "3001"), 'deployment "nope" not found'),
+        (("intercept", SVC, "-n", NS, "--port", "x"), "--port"),
+    ]
+    for args, message in cases:
+        result = tether(clusters, *args, state=tmp_path)
+        assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
+    assert comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS)) == before
+    assert not leftovers(clusters)
