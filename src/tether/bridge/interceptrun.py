@@ -1,8 +1,8 @@
 """A running intercept on the developer's side: parked connections, the Lease, the end.
 
-`hold` keeps connections parked at the router (through the `ClusterChannel`: the bridge agent's
-multiplexed connection, so no port opens here) and renews the session's Lease every few
-seconds, until it is cancelled or `until` completes (the `-- CMD` child); then it ends the
+`keep_renewed` renews the session's Lease every few seconds; `hold` keeps connections parked
+at the router (through the `ClusterChannel`: the bridge agent's multiplexed connection, so no
+port opens here) until it is cancelled or `until` completes (the `-- CMD` child); then it ends the
 session (the last one on the Service restores it). A client killed without ending leaves the
 Lease to expire, and the router ends the session.
 """
@@ -23,6 +23,18 @@ from tether.kube import KubeClient, KubeError
 log = logging.getLogger(__name__)
 
 
+async def keep_renewed(client: KubeClient, plan: intercepts.Plan, every_s: float = 0.0) -> None:
+    """Renew the session's Lease every few seconds (from right after `begin`: setting up the
+    channel may take longer than the Lease lasts)."""
+    every = every_s or max(1.0, plan.restore_after_s / 6)
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await intercepts.renew(client, plan.namespace, plan.route)
+        except KubeError as exc:  # a blip: the Lease has several renewals of slack
+            log.warning("intercept %s: renewing the lease failed: %s", plan.route, exc)
+
+
 @dataclass
 class Holding:
     client: KubeClient
@@ -30,7 +42,6 @@ class Holding:
     started: intercepts.Started
     local_port: int
     local_host: str = "127.0.0.1"
-    renew_every_s: float = 0.0
     pool: ParkedPool | None = None
     _router_ip: str = field(default="", init=False)
 
@@ -50,20 +61,11 @@ class Holding:
 
         return open_router
 
-    async def _renew(self) -> None:
-        every = self.renew_every_s or max(1.0, self.started.plan.restore_after_s / 6)
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await intercepts.renew(self.client, self.started.plan.namespace, self.started.plan.route)
-            except KubeError as exc:  # a blip: the Lease has several renewals of slack
-                log.warning("intercept %s: renewing the lease failed: %s", self.started.plan.route, exc)
-
     async def hold(self, until: Awaitable[object] | None = None) -> None:
         plan = self.started.plan
         self.pool = ParkedPool(self._opener(), plan.route, self.started.token, self.local_port,
                                local_handler(self.local_port, self.local_host))
-        tasks = [asyncio.create_task(self.pool.run()), asyncio.create_task(self._renew())]
+        tasks = [asyncio.create_task(self.pool.run())]
         try:
             if until is not None:
                 await until

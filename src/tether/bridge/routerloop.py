@@ -38,6 +38,7 @@ class RouterLoop:
     originals: list[str] = field(default_factory=list)
     _written: dict[str, int] = field(default_factory=dict)
     _drift_reported: bool = False
+    _seen_routed: bool = False  # the selector is moved after the router is Ready: no drift before
     _last_counts: float = 0.0
 
     async def run(self) -> None:
@@ -91,8 +92,9 @@ class RouterLoop:
         selector = dict((svc.get("spec") or {}).get("selector") or {})
         if selector == routing.router_selector(self.service):
             self._drift_reported = False
+            self._seen_routed = True
             return
-        if self._drift_reported:
+        if self._drift_reported or not self._seen_routed:
             return
         self._drift_reported = True
         message = (f"the selector of Service {self.service} was changed to {json.dumps(selector, sort_keys=True)} "

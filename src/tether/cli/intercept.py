@@ -17,7 +17,7 @@ import typer
 
 from tether.bridge import api, b2ktask, intercepts, routing
 from tether.bridge.channel import BridgeError, ClusterChannel, DirectChannel
-from tether.bridge.interceptrun import Holding
+from tether.bridge.interceptrun import Holding, keep_renewed
 from tether.cli.bridge import Context, Kubeconfig, Namespace, bridge_app
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
@@ -117,7 +117,13 @@ def intercept(
             typer.echo(f"{'resumed' if started.resumed else 'intercepting'} service {plan.service} port "
                        f"{started.service_port} in {ns}: {what} go to localhost:{local_port}", err=True)
             typer.echo(f"route-as: {route}", err=True)
-            channel, agent = await _channel(client, route, direct)
+            renewing = asyncio.create_task(keep_renewed(client, plan))
+            try:
+                channel, agent = await _channel(client, route, direct)
+            except BaseException:
+                renewing.cancel()
+                await intercepts.end(client, ns, route, reason="no channel")
+                raise
             holding = Holding(client, channel, started, local_port)
             child: asyncio.subprocess.Process | None = None
             stop = asyncio.Event()
@@ -145,6 +151,7 @@ def intercept(
                     typer.echo(f"until `tether leave {route}` (or Ctrl-C)", err=True)
                     await holding.hold(_until_left(client, ns, route, stop))
             finally:
+                renewing.cancel()
                 await intercepts.end(client, ns, route, reason="client ended")
                 intercepts.forget_token(client.server, ns, route)
                 await _close_channel(client, channel, agent)
