@@ -207,7 +207,8 @@ def router_objects(plan: Plan, listen: Mapping[int, int]) -> list[dict[str, Any]
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]},
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["delete"]},
     ]
-    restricted = {"runAsNonRoot": True, "runAsUser": ROUTER_USER, "allowPrivilegeEscalation": False,
+    restricted = {"runAsNonRoot": True, "runAsUser": ROUTER_USER, "runAsGroup": ROUTER_USER,
+                  "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                   "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, ns, labels)},
