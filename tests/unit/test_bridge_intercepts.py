@@ -64,7 +64,7 @@ def test_session_object_records_what_restore_needs() -> None:
     session = intercepts.session_object(PLAN)
     assert session["metadata"]["name"] == "tether-intercept-naison-e4be"
     assert json.loads(session["data"]["originalSelector"]) == {"app": "stats-api"}
-    assert session["data"]["tokenDigest"] == routing.token_digest("t") and "t" != session["data"]["tokenDigest"]
+    assert session["data"]["tokenDigest"] == routing.token_digest("t") and session["data"]["tokenDigest"] != "t"
     lease = intercepts.lease_object(PLAN, {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u"}, "me")
     assert lease["metadata"]["ownerReferences"][0]["uid"] == "u"
     assert lease["spec"]["leaseDurationSeconds"] == 30
