@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tether.bridge.agent import AgentConfig, BridgeAgent, ReverseRoutes, RouteNotFound
+from tether.bridge.agent import AgentConfig, BridgeAgent, ReverseRoutes, RouteNotFound, dial_reverse
 from tether.bridge.channel import (
     ChannelLost,
     DialFailed,
@@ -161,6 +161,16 @@ async def test_reverse_route_in_process_and_over_control_port() -> None:
         await upgraded.send(b"ping")
         assert await _read_all(upgraded) == b"developer got ping"
         await upgraded.aclose()
+        # the same with the client helper a router pod uses
+        helper = await dial_reverse("127.0.0.1", agent.control_port, "naison-e4be", 3001, "router:1")
+        await helper.send(b"hi")
+        assert await _read_all(helper) == b"developer got hi"
+        await helper.aclose()
+        assert seen[-1].peer == "router:1"
+        with pytest.raises(RouteNotFound):
+            await dial_reverse("127.0.0.1", agent.control_port, "nobody", 3001)
+        with pytest.raises(DialFailed, match="serves no route"):
+            await dial_reverse("127.0.0.1", agent.control_port, "naison-e4be", 9999)
         # an unknown route is a 404, and a port the developer does not serve is refused
         with pytest.raises(RouteNotFound):
             await routes.open("someone-else", 3001)
@@ -261,3 +271,35 @@ async def test_slow_reader_bounds_what_the_agent_buffers() -> None:
                 received += len(chunk)
         assert received == total
         await stream.aclose()
+
+
+async def test_agent_process_stops_on_sigterm_and_clients_notice() -> None:
+    """`tether bridge agent` as a process: SIGTERM sends GOAWAY, the client's connection ends, the
+    process exits 0 within its grace (bounded by the watchdog)."""
+    import re
+    import signal
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tether", "bridge", "agent", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
+        "--grace", "2", "-v", stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            while not (found := re.search(rb"mux on 127\.0\.0\.1:(\d+)", await proc.stderr.readline())):
+                pass
+        channel = MuxChannel("proc", tcp_connector("127.0.0.1", int(found.group(1))), reconnect_deadline_s=1.0)
+        await channel.start()
+        status = await channel.status()
+        assert status["ok"] is True
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(DEADLINE_S):
+            assert await proc.wait() == 0
+        await _until(lambda: not channel.connected)
+        with pytest.raises(ChannelLost):
+            await channel.open_tcp("127.0.0.1", 1)
+        await channel.aclose()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -30,6 +30,7 @@ from tether.bridge.agentpods import (
     SESSION_LABEL,
     AgentRef,
     ensure_agent,
+    open_agent_channel,
     pod_ip_connector,
     portforward_connector,
     ready_pod,
@@ -246,10 +247,14 @@ async def test_portforward_client_forms_and_errors(clusters: Any, echo: dict[str
             await PortForward.open(client, echo["namespace"], "no-such-pod")
 
 
-async def test_remove_agent_leaves_nothing(clusters: Any) -> None:
+async def test_open_agent_channel_then_remove_leaves_nothing(clusters: Any) -> None:
     async with _client(clusters) as client:
-        made = await ensure_agent(client, session="leaves-nothing", timeout_s=TIMEOUT_S)
-        await remove_agent(client, made)
+        bridge = await open_agent_channel(client, "cluster1", session="leaves-nothing", timeout_s=TIMEOUT_S)
+        made = bridge.agent
+        kubernetes = await client.get("v1", "Service", "kubernetes", "default")
+        stream = await bridge.channel.open_tcp(kubernetes["spec"]["clusterIP"], 443)
+        await stream.aclose()
+        await bridge.aclose()  # closes the channel and removes the agent
         selector = f"{SESSION_LABEL}=leaves-nothing"
         for api_version, kind in (("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"), ("v1", "Pod"),
                                   ("v1", "ServiceAccount")):

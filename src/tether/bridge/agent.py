@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import time
+import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,7 @@ from tether.bridge.channel import (
     stream_from_asyncio,
 )
 from tether.bridge.muxconn import MuxConnection, MuxDatagrams, OpenRequest, StreamReset
-from tether.net import dnsclient, dnswire
+from tether.net import dnsclient, dnswire, http1
 from tether.net.httpserver import HttpServer, Request, Response, UpgradeResponse
 
 log = logging.getLogger(__name__)
@@ -350,7 +351,10 @@ class BridgeAgent:
             self.stats.failed_dials += 1
             request.reject(str(exc))
             return
-        await splice(request.accept(), target)
+        try:
+            await splice(request.accept(), target)
+        except* (BridgeError, OSError):
+            pass  # one side went away mid-stream (the client's connection dropped): the stream is over
 
     async def _dial(self, addresses: list[str], port: int) -> ByteStream:
         last: BaseException | None = None
@@ -444,6 +448,39 @@ def _status(code: int, reason: str, message: str) -> Response:
     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
             "reason": reason, "code": code}
     return Response(code, json.dumps(body).encode())
+
+
+async def dial_reverse(host: str, control_port: int, route: str, port: int, peer: str = "", *,
+                       timeout_s: float = DEFAULT_DIAL_TIMEOUT_S) -> ByteStream:
+    """From a router in another pod: a stream to the developer serving `route`, through the agent's
+    control port (`RouteNotFound` if nobody serves it, `DialFailed` for any other refusal)."""
+    target = f"/v1/reverse/{urllib.parse.quote(route, safe='')}?" + urllib.parse.urlencode(
+        {"port": str(port), **({"peer": peer} if peer else {})})
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, control_port)
+            writer.write(http1.encode_request("POST", target, http1.authority(host, control_port),
+                                              [("Connection", "Upgrade"), ("Upgrade", REVERSE_UPGRADE)], b""))
+            head = await reader.readuntil(b"\r\n\r\n")
+            status_line, _, fields = head[:-4].partition(b"\r\n")
+            parts = status_line.split(b" ", 2)
+            code = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            if code == 101:
+                with contextlib.suppress(OSError):
+                    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return stream_from_asyncio(reader, writer)
+            length = http1.content_length(http1.parse_fields(fields).get("content-length", "0") or "0")
+            body = await reader.readexactly(min(length, 64 * 1024))
+            writer.close()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+        raise DialFailed(f"bridge agent at {host}:{control_port}: {exc or 'timed out'}") from None
+    try:
+        message = str(json.loads(body).get("message", ""))
+    except (ValueError, AttributeError):
+        message = body[:200].decode("utf-8", "replace")
+    if code == 404:
+        raise RouteNotFound(message or f"no client serves route {route!r}")
+    raise DialFailed(f"bridge agent refused route {route!r} (HTTP {code}): {message}")
 
 
 async def run_agent(config: AgentConfig, stop: asyncio.Event, *, grace_s: float = 5.0,

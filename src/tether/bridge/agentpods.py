@@ -29,7 +29,7 @@ from typing import Any
 
 from tether.bridge.agent import DEFAULT_CONTROL_PORT, DEFAULT_MUX_PORT
 from tether.bridge.channel import ByteStream, ChannelLost, stream_from_asyncio
-from tether.bridge.muxchannel import Connector
+from tether.bridge.muxchannel import Connector, MuxChannel
 from tether.kube import Forbidden, KubeClient, KubeError, NotFound
 from tether.kube.portforward import PortForward
 from tether.version import IMAGE
@@ -291,3 +291,33 @@ def pod_ip_connector(client: KubeClient, agent: AgentRef, *, ready_timeout_s: fl
         return stream_from_asyncio(reader, writer)
 
     return connect
+
+
+@dataclass
+class AgentChannel:
+    """A session's agent and the channel to it: what `tether connect` holds per cluster."""
+
+    client: KubeClient
+    agent: AgentRef
+    channel: MuxChannel
+
+    async def aclose(self, *, remove: bool = True) -> None:
+        """Close the channel; with `remove`, delete the agent's objects too (`tether quit`)."""
+        await self.channel.aclose()
+        if remove:
+            await remove_agent(self.client, self.agent)
+
+
+async def open_agent_channel(client: KubeClient, cluster: str, *, session: str | None = None,
+                             namespace: str = NAMESPACE, image: str = IMAGE, via_pod_ip: bool = False,
+                             timeout_s: float = READY_TIMEOUT_S) -> AgentChannel:
+    """`ensure_agent`, then a connected `MuxChannel` to it through port-forward (or its pod IP)."""
+    agent = await ensure_agent(client, session=session, namespace=namespace, image=image, timeout_s=timeout_s)
+    connector = pod_ip_connector(client, agent) if via_pod_ip else portforward_connector(client, agent)
+    channel = MuxChannel(cluster, connector)
+    try:
+        await channel.start()
+    except BaseException:
+        await channel.aclose()
+        raise
+    return AgentChannel(client, agent, channel)

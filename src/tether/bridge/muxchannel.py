@@ -30,7 +30,13 @@ from tether.bridge.channel import (
     ReverseStream,
     stream_from_asyncio,
 )
-from tether.bridge.muxconn import KEEPALIVE_INTERVAL_S, MuxConnection, MuxStats, OpenRequest
+from tether.bridge.muxconn import (
+    KEEPALIVE_INTERVAL_S,
+    ControlError,
+    MuxConnection,
+    MuxStats,
+    OpenRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +225,10 @@ class MuxChannel:
         await connection.start()
         try:
             for route in sorted({r for r, _ in self._handlers}):
-                await connection.call({"op": "register", "route": route})
+                try:
+                    await connection.call({"op": "register", "route": route})
+                except ControlError as exc:  # taken by someone else meanwhile: keep the connection
+                    log.warning("%s: route %s not served any more: %s", self._cluster, route, exc)
         except BaseException:
             await connection.aclose()
             raise

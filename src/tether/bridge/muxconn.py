@@ -116,7 +116,8 @@ class MuxStream:
         return data
 
     async def send(self, data: bytes) -> None:
-        view = memoryview(data)
+        # The session keeps a reference until it is written: never to a buffer the caller may reuse.
+        view = memoryview(data if type(data) is bytes else bytes(data))
         while view:
             if self._error is not None:
                 raise self._error
@@ -127,7 +128,7 @@ class MuxStream:
                 self._writable.clear()
                 await self._writable.wait()
                 continue
-            taken = session.send_data(self.id, bytes(view))
+            taken = session.send_data(self.id, view)
             self.bytes_out += taken
             self._connection.stats.bytes_sent += taken
             view = view[taken:]
@@ -432,7 +433,8 @@ class MuxConnection:
 
     def _reject(self, stream_id: int, reason: str) -> None:
         if not self._lost.is_set() and self.session.is_open(stream_id):
-            self.session.reject(stream_id, reason)
+            with contextlib.suppress(mux.MuxUsageError):  # already accepted: the caller closes it
+                self.session.reject(stream_id, reason)
             self._kick()
 
     # -- tasks
