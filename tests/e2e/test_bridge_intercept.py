@@ -9,6 +9,9 @@
 - `--all`: every request reaches the local program.
 - SIGKILL of the client: within restore-after + 10 s the Service routes to its pods and nothing of
   the session is left; a client that comes back before expiry resumes.
+- `-- CMD`: the command runs with the pod's environment; the intercept ends with it.
+- A selector changed by someone else while intercepted is reported (Event, `bridge intercepts`)
+  and left as it is by `leave`.
 - Bad input (route name, TARGET without a Service, a port the Service lacks) changes nothing.
 """
 
@@ -108,6 +111,7 @@ def app(clusters: Any) -> Iterator[dict[str, Any]]:
          "spec": {"replicas": 2, "selector": {"matchLabels": labels},
                   "template": {"metadata": {"labels": labels},
                                "spec": {"containers": [{"name": "web", "image": "nginx",
+                                                        "env": [{"name": "STATS_MODE", "value": "seed"}],
                                                         "ports": [{"containerPort": 80, "name": "http"}]}]}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SVC},
          "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}},
@@ -289,3 +293,42 @@ def test_bad_input_is_refused_before_anything_changes(clusters: Any, app: dict[s
         assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
     assert comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS)) == before
     assert not leftovers(clusters)
+
+
+def test_command_gets_the_pods_environment_and_ends_the_intercept(clusters: Any, app: dict[str, Any],
+                                                                   tmp_path: Path) -> None:
+    out = tmp_path / "env.txt"
+    result = subprocess.run(
+        [sys.executable, "-m", "tether", "intercept", SVC, "-n", NS, "--port", "3001", "--route-as", "cmd-0001",
+         *base_args(clusters), "--", "sh", "-c", f'echo "$STATS_MODE" > {out}; exit 3'],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+    assert result.returncode == 3, result.stderr  # the command's own exit code
+    assert out.read_text().strip() == "seed"
+    assert "intercept cmd-0001 ended" in result.stderr
+    poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
+
+
+def test_a_selector_changed_meanwhile_is_reported_not_fought(clusters: Any, app: dict[str, Any],
+                                                             tmp_path: Path) -> None:
+    ip = app["spec"]["clusterIP"]
+    with local_program(3001, "local-d"):
+        process = start_intercept(clusters, "--port", "3001", "--route-as", "drift-0001", state=tmp_path,
+                                  log=tmp_path / "d.log")
+        try:
+            wait_routed(ip, "drift-0001", "local-d")
+            # A GitOps controller puts the selector back.
+            clusters.kubectl("patch", "service", SVC, "-n", NS, "--type", "json", "-p",
+                             json.dumps([{"op": "replace", "path": "/spec/selector", "value": {"app": SVC}}]))
+
+            def reported() -> bool:
+                events = clusters.kubectl_json("get", "events", "-n", NS)["items"]
+                listed = tether(clusters, "bridge", "intercepts", "-n", NS, state=tmp_path).stdout
+                return (any(e.get("reason") == "InterceptSelectorChanged" for e in events)
+                        and "warning: drift-0001" in listed)
+
+            poll(reported, timeout=TIMEOUT_S, interval=0.5, what="the changed selector reported")
+            assert is_original(get(ip, {"kubernetes-route-as": "drift-0001"}))  # not fought back
+        finally:
+            stop(process)
+    assert clusters.kubectl_json("get", "service", SVC, "-n", NS)["spec"]["selector"] == {"app": SVC}
+    poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
