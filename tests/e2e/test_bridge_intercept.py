@@ -9,6 +9,8 @@
 - `--all`: every request reaches the local program.
 - SIGKILL of the client: within restore-after + 10 s the Service routes to its pods and nothing of
   the session is left; a client that comes back before expiry resumes.
+- `--ingress`: an Ingress host copy `naison-e4be.<host>` appears; requests for that Host (as an
+  ingress controller forwards them to the Service) reach the local program without the header.
 - `-- CMD`: the command runs with the pod's environment; the intercept ends with it.
 - A selector changed by someone else while intercepted is reported (Event, `bridge intercepts`)
   and left as it is by `leave`.
@@ -332,3 +334,32 @@ def test_a_selector_changed_meanwhile_is_reported_not_fought(clusters: Any, app:
             stop(process)
     assert clusters.kubectl_json("get", "service", SVC, "-n", NS)["spec"]["selector"] == {"app": SVC}
     poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
+
+
+def test_ingress_subdomain_routes_without_the_header(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    ip = app["spec"]["clusterIP"]
+    clusters.kubectl("apply", "-n", NS, "-f", "-", input=manifest(
+        {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "todo"},
+         "spec": {"ingressClassName": "nginx", "rules": [{"host": "todo.example.com", "http": {"paths": [
+             {"path": "/", "pathType": "Prefix",
+              "backend": {"service": {"name": SVC, "port": {"number": 80}}}}]}}]}}))
+    try:
+        with local_program(3001, "local-i"):
+            process = start_intercept(clusters, "--port", "3001", "--route-as", "naison-e4be", "--ingress",
+                                      state=tmp_path, log=tmp_path / "i.log")
+            try:
+                wait_routed(ip, "naison-e4be", "local-i")
+                copies = clusters.kubectl_json("get", "ingress", "-n", NS, "-l", "tether.io/bridge-object=ingress")
+                rules = [r for i in copies["items"] for r in i["spec"]["rules"]]
+                assert [r["host"] for r in rules] == ["naison-e4be.todo.example.com"]
+                assert copies["items"][0]["spec"]["ingressClassName"] == "nginx"
+                poll(lambda: get(ip, {"Host": "naison-e4be.todo.example.com"}) == "200 local-i ",
+                     timeout=TIMEOUT_S, interval=0.5, what="the subdomain host routed here")
+                assert is_original(get(ip, {"Host": "todo.example.com"}))
+            finally:
+                stop(process)
+        poll(lambda: not leftovers(clusters) and not clusters.kubectl_json(
+            "get", "ingress", "-n", NS, "-l", "tether.io/bridge-object=ingress")["items"],
+            timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
+    finally:
+        clusters.kubectl("delete", "ingress", "todo", "-n", NS, check=False)

@@ -117,3 +117,39 @@ def test_listen_ports() -> None:
     assert routing.listen_ports(ports, {"http": 9090}) == {80: 8080, 81: 9090, 82: 82}
     with pytest.raises(ValueError, match="names no container port"):
         routing.listen_ports([{"port": 80, "targetPort": "web"}], {})
+
+
+HOSTS = {"naison-e4be.todo.example.com": "naison-e4be"}
+
+
+@pytest.mark.parametrize("route, host, expected", [
+    (None, "naison-e4be.todo.example.com", Destination("developer", "naison-e4be")),
+    (None, "NAISON-E4BE.todo.example.com:8080", Destination("developer", "naison-e4be")),
+    (None, "todo.example.com", ORIGINAL),
+    ("alice", "naison-e4be.todo.example.com", Destination("developer", "alice")),  # the header wins
+    (None, None, ORIGINAL),
+])
+def test_decide_by_ingress_host(route: str | None, host: str | None, expected: Destination) -> None:
+    assert routing.decide(route, frozenset({"naison-e4be", "alice"}), host, HOSTS) == expected
+
+
+def test_a_host_of_a_route_that_left_goes_to_the_original() -> None:
+    assert routing.decide(None, frozenset({"alice"}), "naison-e4be.todo.example.com", HOSTS) == ORIGINAL
+
+
+@pytest.mark.parametrize("host, expected", [("a.b:80", "a.b"), ("A.B", "a.b"), ("[::1]:80", "[::1]"), ("::1", "::1")])
+def test_host_name(host: str, expected: str) -> None:
+    assert routing.host_name(host) == expected
+
+
+def test_ingress_hosts() -> None:
+    def rule(host: str, service: str) -> dict[str, object]:
+        return {"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                                                   "backend": {"service": {"name": service, "port": {"number": 80}}}}]}}
+
+    ingresses = [{"metadata": {"name": "web"}, "spec": {"rules": [rule("todo.example.com", "stats-api"),
+                                                                    rule("other.example.com", "frontend"),
+                                                                    rule("*.example.com", "stats-api"),
+                                                                    {"http": {"paths": []}}]}}]
+    assert routing.ingress_hosts("naison-e4be", ingresses, "stats-api") == [
+        ("web", "todo.example.com", "naison-e4be.todo.example.com")]

@@ -141,6 +141,7 @@ class Plan:
     named_ports: Mapping[str, int]
     restore_after_s: int
     image: str = IMAGE
+    ingress_hosts: tuple[tuple[str, str, str], ...] = ()  # (ingress, host, subdomain host) for --ingress
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], owners: Sequence[Obj] = ()) -> dict[str, Any]:
@@ -160,8 +161,37 @@ def session_object(plan: Plan) -> dict[str, Any]:
             "user": plan.user, "since": now_rfc3339(), "tokenDigest": plan.token_digest,
             "originalSelector": json.dumps(dict(plan.original_selector), sort_keys=True),
             "restoreAfterSeconds": str(plan.restore_after_s),
+            "ingressHosts": json.dumps([sub for _, _, sub in plan.ingress_hosts]),
         },
     }
+
+
+def ingress_objects(plan: Plan, ingresses: Sequence[Obj], owner: Obj) -> list[dict[str, Any]]:
+    """For each Ingress rule that routes to the Service, a copy on host `NAME.<host>` (only the
+    paths to the Service): the router sends requests for that host to the developer."""
+    by_name = {str(i["metadata"]["name"]): i for i in ingresses}
+    out: list[dict[str, Any]] = []
+    for ingress_name, host, sub in plan.ingress_hosts:
+        source = by_name[ingress_name]
+        spec = source.get("spec") or {}
+        paths = [p for rule in spec.get("rules") or [] if rule.get("host") == host
+                 for p in ((rule.get("http") or {}).get("paths") or [])
+                 if ((p.get("backend") or {}).get("service") or {}).get("name") == plan.service]
+        new_spec: dict[str, Any] = {"rules": [{"host": sub, "http": {"paths": paths}}]}
+        if spec.get("ingressClassName"):
+            new_spec["ingressClassName"] = spec["ingressClassName"]
+        name = routing.session_name(plan.route) + "-" + ingress_name
+        if len(name) > 63:
+            name = name[:56] + "-" + routing.token_digest(name)[:6]
+        meta = _meta(name, plan.namespace, {SESSION_LABEL: plan.route, SERVICE_LABEL: plan.service,
+                                            OBJECT_LABEL: "ingress"}, [owner])
+        annotations = {k: v for k, v in ((source.get("metadata") or {}).get("annotations") or {}).items()
+                       if k.startswith(("kubernetes.io/ingress.class", "nginx.ingress.kubernetes.io/",
+                                        "traefik.ingress.kubernetes.io/"))}
+        if annotations:
+            meta["annotations"] = annotations
+        out.append({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta, "spec": new_spec})
+    return out
 
 
 def lease_object(plan: Plan, owner: Obj, holder: str) -> dict[str, Any]:
@@ -205,6 +235,7 @@ def router_objects(plan: Plan, listen: Mapping[int, int]) -> list[dict[str, Any]
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["delete"]},
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": ["list", "delete"]},
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["delete"]},
     ]
     restricted = {"runAsNonRoot": True, "runAsUser": ROUTER_USER, "runAsGroup": ROUTER_USER,
@@ -307,7 +338,7 @@ async def _named_ports(client: KubeClient, namespace: str, selector: Mapping[str
 
 async def begin(client: KubeClient, *, target: str, namespace: str, route: str, take_all: bool,
                 remote_port: int | None, context: str, user: str, restore_after_s: int = DEFAULT_RESTORE_AFTER_S,
-                image: str = IMAGE, ready_timeout_s: float = 120.0) -> Started:
+                image: str = IMAGE, ready_timeout_s: float = 120.0, ingress: bool = False) -> Started:
     """Check everything, then create (or resume) the session and move the Service to the router."""
     routing.validate_route_name(route)
     if restore_after_s < 5:
@@ -355,10 +386,20 @@ async def begin(client: KubeClient, *, target: str, namespace: str, route: str, 
         listen = routing.listen_ports(ports, named)
     except ValueError as exc:
         raise InterceptError(f'service "{svc_name}": {exc}') from None
+    ingresses: list[Obj] = []
+    hosts: tuple[tuple[str, str, str], ...] = ()
+    if ingress:
+        if take_all:
+            raise InterceptError("--ingress adds hosts for header routing; --all takes every request already")
+        ingresses = list(await client.list_objects("networking.k8s.io/v1", "Ingress", namespace))
+        hosts = tuple(routing.ingress_hosts(route, ingresses, svc_name))
+        if not hosts:
+            raise InterceptError(f'--ingress: no Ingress in namespace "{namespace}" routes a host to service '
+                                 f'"{svc_name}"')
     if token is None or not resumed:
         token = secrets.token_urlsafe(24)
     plan = Plan(namespace, svc_name, route, take_all, user, routing.token_digest(token), original, ports, named,
-                restore_after_s, image)
+                restore_after_s, image, hosts)
 
     # From here on the cluster changes: the session object first, so everything else has an owner.
     try:
@@ -370,6 +411,8 @@ async def begin(client: KubeClient, *, target: str, namespace: str, route: str, 
         await client.apply(lease_object(plan, owner_ref(session), holder_identity(user)), field_manager=FIELD_MANAGER)
         for obj in router_objects(plan, listen):
             await _owned_by(client, obj, owner_ref(session))
+        for obj in ingress_objects(plan, ingresses, owner_ref(session)):
+            await client.apply(obj, field_manager=FIELD_MANAGER)
         pod_ip = await wait_router(client, namespace, svc_name, ready_timeout_s)
         fresh = await client.get("v1", "Service", svc_name, namespace)
         selector = dict((fresh.get("spec") or {}).get("selector") or {})
@@ -462,6 +505,9 @@ async def end(client: KubeClient, namespace: str, route: str, *, reason: str = "
     if not others:
         await restore_service(client, namespace, service, json.loads(data.get("originalSelector") or "{}"))
     await _delete(client, "coordination.k8s.io/v1", "Lease", routing.session_name(route), namespace)
+    for ingress in await client.list_objects("networking.k8s.io/v1", "Ingress", namespace,
+                                             f"{OBJECT_LABEL}=ingress,{SESSION_LABEL}={route}"):
+        await _delete(client, "networking.k8s.io/v1", "Ingress", ingress["metadata"]["name"], namespace)
     await _delete(client, "v1", "ConfigMap", routing.session_name(route), namespace)
     if not others:
         await remove_router(client, namespace, service)
@@ -511,6 +557,9 @@ async def reset(client: KubeClient, namespace: str) -> list[str]:
             routers.add(str(obj["metadata"]["labels"].get(SERVICE_LABEL, "")))
     for lease in await client.list_objects("coordination.k8s.io/v1", "Lease", namespace, f"{OBJECT_LABEL}=lease"):
         await _delete(client, "coordination.k8s.io/v1", "Lease", lease["metadata"]["name"], namespace)
+    for ingress in await client.list_objects("networking.k8s.io/v1", "Ingress", namespace, f"{OBJECT_LABEL}=ingress"):
+        await _delete(client, "networking.k8s.io/v1", "Ingress", ingress["metadata"]["name"], namespace)
+        done.append(f"ingress {ingress['metadata']['name']}")
     for service in sorted(routers - {""}):
         svc = await client.get_or_none("v1", "Service", service, namespace)
         if svc is not None and dict((svc.get("spec") or {}).get("selector") or {}) == routing.router_selector(service):

@@ -89,6 +89,7 @@ class Router:
         self.ports = dict(ports)
         self.originals = originals
         self.routes: dict[str, Route] = {}
+        self.hosts: dict[str, str] = {}  # `--ingress` subdomain hosts -> route
         self._next = itertools.count()
         self._servers: list[asyncio.AbstractServer] = []
         self.original_requests = 0
@@ -248,7 +249,8 @@ class Router:
                 except http1.ProtocolError as exc:
                     await _answer(writer, 400, f"bad request: {exc}")
                     return
-                destination = routing.decide(routing.request_route(head.fields), frozenset(self.routes))
+                destination = routing.decide(routing.request_route(head.fields), frozenset(self.routes),
+                                             head.headers.get("host"), self.hosts)
                 try:
                     upstream = upstreams.get(destination)
                     if upstream is None or upstream[0].at_eof():

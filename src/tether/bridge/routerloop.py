@@ -71,6 +71,12 @@ class RouterLoop:
             self.router.set_routes({})
         self.router.set_routes({str(s["data"]["route"]): (str(s["data"].get("tokenDigest", "")),
                                                            s["data"].get("mode") == "all") for s in live})
+        hosts: dict[str, str] = {}
+        for session in live:
+            with contextlib.suppress(ValueError, TypeError):
+                for host in json.loads(session["data"].get("ingressHosts") or "[]"):
+                    hosts[routing.host_name(str(host))] = str(session["data"]["route"])
+        self.router.hosts = hosts
         await self._endpoints()
         await self._drift(live)
         if time.monotonic() - self._last_counts >= COUNT_EVERY_S:

@@ -18,6 +18,7 @@ import re
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 ROUTE_HEADER = "kubernetes-route-as"
 BAGGAGE_HEADER = "baggage"
@@ -94,11 +95,40 @@ class Destination:
 ORIGINAL = Destination("original")
 
 
-def decide(route: str | None, routes: frozenset[str]) -> Destination:
-    """A request's destination, given the route it asks for and the routes registered."""
+def decide(route: str | None, routes: frozenset[str], host: str | None = None,
+           hosts: Mapping[str, str] | None = None) -> Destination:
+    """A request's destination, given the route it asks for, its Host, the routes registered
+    and the `--ingress` hosts (`NAME.<ingress host>` -> NAME): the header wins over the host."""
     if route and route in routes:
         return Destination("developer", route)
+    if host and hosts:
+        by_host = hosts.get(host_name(host))
+        if by_host and by_host in routes:
+            return Destination("developer", by_host)
     return ORIGINAL
+
+
+def host_name(host: str) -> str:
+    """A Host header's name: lower case, without the port (IPv6 literals keep their brackets)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def ingress_hosts(route: str, ingresses: Iterable[Mapping[str, Any]], service: str) -> list[tuple[str, str, str]]:
+    """(ingress name, its host, the subdomain host `route.host`) for every Ingress rule with a
+    host whose paths send to `service` (wildcard hosts cannot take a subdomain: skipped)."""
+    found: list[tuple[str, str, str]] = []
+    for ingress in ingresses:
+        for rule in (ingress.get("spec") or {}).get("rules") or []:
+            host = str(rule.get("host") or "")
+            paths = ((rule.get("http") or {}).get("paths")) or []
+            if not host or host.startswith("*"):
+                continue
+            if any(((p.get("backend") or {}).get("service") or {}).get("name") == service for p in paths):
+                found.append((str(ingress["metadata"]["name"]), host, f"{route}.{host}"))
+    return found
 
 
 def sniff(first: bytes) -> str:

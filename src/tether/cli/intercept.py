@@ -72,6 +72,8 @@ def intercept(
     kubeconfig: Kubeconfig = None,
     restore_after: Annotated[int, typer.Option("--restore-after", help="Seconds without this client after "
                                                "which the cluster restores the Service")] = intercepts.DEFAULT_RESTORE_AFTER_S,
+    ingress: Annotated[bool, typer.Option("--ingress", help="For each Ingress host H routing to the Service, "
+                                          "add host ROUTE.H whose requests come here without the header")] = False,
     b2k_task: Annotated[str | None, typer.Option("--b2k-task", help="A Bridge to Kubernetes tasks.json "
                                                  "(FILE[:LABEL]) to take the target, port and route from")] = None,
     volumes_dir: Annotated[Path | None, typer.Option("--volumes-to", help="With a command: download the "
@@ -111,12 +113,14 @@ def intercept(
         async with client:
             started = await intercepts.begin(client, target=target, namespace=ns, route=route, take_all=take_all,
                                              remote_port=remote_port, context=client.server, user=_user(),
-                                             restore_after_s=restore_after)
+                                             restore_after_s=restore_after, ingress=ingress)
             plan = started.plan
             what = "every connection" if take_all else f"requests with 'kubernetes-route-as: {route}'"
             typer.echo(f"{'resumed' if started.resumed else 'intercepting'} service {plan.service} port "
                        f"{started.service_port} in {ns}: {what} go to localhost:{local_port}", err=True)
             typer.echo(f"route-as: {route}", err=True)
+            for _, _, host in plan.ingress_hosts:
+                typer.echo(f"ingress host: {host} (requests to it come here without the header)", err=True)
             renewing = asyncio.create_task(keep_renewed(client, plan))
             try:
                 channel, agent = await _channel(client, route, direct)
