@@ -427,6 +427,16 @@ async def begin(client: KubeClient, *, target: str, namespace: str, route: str, 
     return Started(plan, token, resumed, pod_ip, port)
 
 
+async def own_agent(client: KubeClient, plan: Plan, name: str) -> None:
+    """Make the session an owner of its bridge agent (Deployment, ServiceAccount) in the namespace."""
+    session = await client.get("v1", "ConfigMap", routing.session_name(plan.route), plan.namespace)
+    for api_version, kind in (("apps/v1", "Deployment"), ("v1", "ServiceAccount")):
+        current = await client.get_or_none(api_version, kind, name, plan.namespace)
+        if current is not None:
+            await _owned_by(client, {"apiVersion": api_version, "kind": kind,
+                                     "metadata": {"name": name, "namespace": plan.namespace}}, owner_ref(session))
+
+
 def holder_identity(user: str) -> str:
     return f"{user}@{socket.gethostname()}"
 

@@ -34,15 +34,21 @@ def _user() -> str:
     return "dev"
 
 
-async def _channel(client: KubeClient, route: str, direct: bool) -> tuple[ClusterChannel, object | None]:
+async def _channel(client: KubeClient, started: intercepts.Started, direct: bool
+                   ) -> tuple[ClusterChannel, object | None]:
     """The way to the router: the bridge agent's multiplexed connection (through the API
-    server's port-forward), or with `--direct` straight to the pod IP from here."""
+    server's port-forward), or with `--direct` straight to the pod IP from here. The agent runs
+    in the intercepted namespace, owned by the session too: when the cluster ends a session whose
+    client died, the garbage collector removes the agent with it."""
     if direct:
         return DirectChannel(), None
     from tether.bridge import agentpods
     from tether.bridge.muxchannel import MuxChannel
 
-    agent = await agentpods.ensure_agent(client, session=f"intercept-{route}"[:40].rstrip("-"))
+    plan = started.plan
+    agent = await agentpods.ensure_agent(client, session=f"intercept-{plan.route}"[:40].rstrip("-"),
+                                         namespace=plan.namespace)
+    await intercepts.own_agent(client, plan, agent.name)
     channel = MuxChannel(client.server, agentpods.portforward_connector(client, agent))
     await channel.start()
     return channel, agent
@@ -123,7 +129,7 @@ def intercept(
                 typer.echo(f"ingress host: {host} (requests to it come here without the header)", err=True)
             renewing = asyncio.create_task(keep_renewed(client, plan))
             try:
-                channel, agent = await _channel(client, route, direct)
+                channel, agent = await _channel(client, started, direct)
             except BaseException:
                 renewing.cancel()
                 await intercepts.end(client, ns, route, reason="no channel")
