@@ -37,7 +37,7 @@ from typing import Any
 from tether.bridge import routing
 from tether.bridge.channel import BridgeError
 from tether.bridge.target import KINDS
-from tether.kube import Conflict, KubeClient, KubeError, NotFound
+from tether.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
 from tether.objects.selectors import label_selector_to_string
 from tether.objects.times import micro_time, now_rfc3339, parse_time
 from tether.version import IMAGE
@@ -402,11 +402,17 @@ async def begin(client: KubeClient, *, target: str, namespace: str, route: str, 
                 restore_after_s, image, hosts)
 
     # From here on the cluster changes: the session object first, so everything else has an owner.
-    try:
-        if existing is None:
+    if existing is None:
+        try:
             session = await client.create(session_object(plan), field_manager=FIELD_MANAGER)
-        else:
-            session = existing
+        except AlreadyExists:
+            raise InterceptError(f"route-as {route!r} was taken by another session just now: "
+                                 "choose another --route-as") from None
+        except KubeError as exc:
+            raise InterceptError(f"cannot set up the intercept of {svc_name}: {exc}") from exc
+    else:
+        session = existing
+    try:
         save_token(context, namespace, route, token)
         await client.apply(lease_object(plan, owner_ref(session), holder_identity(user)), field_manager=FIELD_MANAGER)
         for obj in router_objects(plan, listen):
@@ -420,10 +426,14 @@ async def begin(client: KubeClient, *, target: str, namespace: str, route: str, 
             await client.patch("v1", "Service", svc_name,
                                {"spec": {"selector": routing.selector_patch(selector, router_sel)}},
                                namespace=namespace, field_manager=FIELD_MANAGER)
-    except Conflict as exc:
-        raise InterceptError(f"route-as {route!r} was taken meanwhile: {exc}") from None
-    except KubeError as exc:
-        raise InterceptError(f"cannot set up the intercept of {svc_name}: {exc}") from exc
+    except BaseException as exc:
+        # Half made: undo it now rather than leave it to a router that may never have started.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(end(client, namespace, route, reason="setup failed"))
+        forget_token(context, namespace, route)
+        if isinstance(exc, KubeError):
+            raise InterceptError(f"cannot set up the intercept of {svc_name}: {exc}") from exc
+        raise
     return Started(plan, token, resumed, pod_ip, port)
 
 
