@@ -67,8 +67,14 @@ class RouterLoop:
         if not live:
             if found:
                 return False
-            # No session at all (ended by `leave` meanwhile, or never made): nothing to route for.
+            # No session at all: ended meanwhile (whoever ended the last one removes the router),
+            # or removing this router failed half-way. Once the Service no longer points here,
+            # nothing can reach this router: remove it rather than linger.
             self.router.set_routes({})
+            svc = await self.client.get_or_none("v1", "Service", self.service, self.namespace)
+            if dict(((svc or {}).get("spec") or {}).get("selector") or {}) != routing.router_selector(self.service):
+                await intercepts.remove_router(self.client, self.namespace, self.service)
+                return False
         self.router.set_routes({str(s["data"]["route"]): (str(s["data"].get("tokenDigest", "")),
                                                            s["data"].get("mode") == "all") for s in live})
         hosts: dict[str, str] = {}
