@@ -178,3 +178,21 @@ async def test_a_park_with_a_wrong_token_is_refused(setup: Setup) -> None:
     await writer.drain()
     assert (await reader.readline()).startswith(b"ERR wrong token")
     writer.close()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GET / HTTP/1.1\r\nbad header line\r\n\r\n",
+    b"GET / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+    b"GET / HTTP/1.1\r\nX: " + b"a" * 300_000 + b"\r\n\r\n",
+])
+async def test_bad_requests_get_400_and_the_router_keeps_serving(setup: Setup, garbage: bytes) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    writer.write(garbage)
+    await writer.drain()
+    answer = await reader.read()
+    assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 431")), answer[:80]
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    assert await exchange(reader, writer, "/after") == "original /after 0"
+    writer.close()

@@ -11,7 +11,8 @@
   the session is left; a client that comes back before expiry resumes.
 - `--ingress`: an Ingress host copy `naison-e4be.<host>` appears; requests for that Host (as an
   ingress controller forwards them to the Service) reach the local program without the header.
-- `-- CMD`: the command runs with the pod's environment; the intercept ends with it.
+- `-- CMD` (TARGET `deploy/stats-api`: its Service is found by selector): the command runs with
+  the pod's environment; the intercept ends with it.
 - A selector changed by someone else while intercepted is reported (Event, `bridge intercepts`)
   and left as it is by `leave`.
 - Bad input (route name, TARGET without a Service, a port the Service lacks) changes nothing.
@@ -301,12 +302,14 @@ def test_command_gets_the_pods_environment_and_ends_the_intercept(clusters: Any,
                                                                    tmp_path: Path) -> None:
     out = tmp_path / "env.txt"
     result = subprocess.run(
-        [sys.executable, "-m", "tether", "intercept", SVC, "-n", NS, "--port", "3001", "--route-as", "cmd-0001",
+        [sys.executable, "-m", "tether", "intercept", f"deploy/{SVC}", "-n", NS, "--port", "3001", "--route-as",
+         "cmd-0001",
          *base_args(clusters), "--", "sh", "-c", f'echo "$STATS_MODE" > {out}; exit 3'],
         capture_output=True, text=True, timeout=180, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
     assert result.returncode == 3, result.stderr  # the command's own exit code
     assert out.read_text().strip() == "seed"
     assert "intercept cmd-0001 ended" in result.stderr
+    assert f"intercepting service {SVC} port 80" in result.stderr
     poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
 
 
