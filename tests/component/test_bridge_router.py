@@ -32,6 +32,10 @@ async def http_server(label: str) -> tuple[asyncio.AbstractServer, int]:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                if head.startswith(b"PRI"):  # h2c: say who got the connection
+                    writer.write(label.encode() + b" h2")
+                    await writer.drain()
+                    return
                 if head.startswith(b"RAW"):
                     writer.write(label.encode() + b" raw " + head)
                     await writer.drain()
@@ -195,4 +199,28 @@ async def test_bad_requests_get_400_and_the_router_keeps_serving(setup: Setup, g
     writer.close()
     reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
     assert await exchange(reader, writer, "/after") == "original /after 0"
+    writer.close()
+
+
+def h2c_request(headers: list[tuple[str, str]]) -> bytes:
+    import hpack
+
+    block = hpack.Encoder().encode([(":method", "GET"), (":scheme", "http"), (":path", "/"),
+                                    (":authority", "stats-api"), *headers])
+    settings = (0).to_bytes(3, "big") + bytes([0x4, 0]) + (0).to_bytes(4, "big")
+    frame = len(block).to_bytes(3, "big") + bytes([0x1, 0x4 | 0x1]) + (1).to_bytes(4, "big") + block
+    return routing.H2_PREFACE + settings + frame
+
+
+@pytest.mark.parametrize("headers, expected", [
+    ([("kubernetes-route-as", "alice")], b"alice h2"),
+    ([("baggage", "kubernetes-route-as=bob")], b"bob h2"),
+    ([], b"original h2"),
+])
+async def test_h2c_connections_go_where_their_first_request_goes(setup: Setup, headers: list[tuple[str, str]],
+                                                                 expected: bytes) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    writer.write(h2c_request(headers))
+    await writer.drain()
+    assert await reader.read() == expected
     writer.close()

@@ -153,3 +153,33 @@ def test_ingress_hosts() -> None:
                                                                     {"http": {"paths": []}}]}}]
     assert routing.ingress_hosts("naison-e4be", ingresses, "stats-api") == [
         ("web", "todo.example.com", "naison-e4be.todo.example.com")]
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+SETTINGS = frame(0x4, 0, 0, b"")
+
+
+@pytest.mark.parametrize("data, expected", [
+    (routing.H2_PREFACE + SETTINGS + frame(0x1, 0x4, 1, b"abc"), b"abc"),
+    (routing.H2_PREFACE + SETTINGS + frame(0x1, 0, 1, b"ab") + frame(0x9, 0x4, 1, b"cd"), b"abcd"),
+    (routing.H2_PREFACE + frame(0x1, 0x4 | 0x8 | 0x20, 1, bytes([2]) + b"12345" + b"xy" + b"\0\0"), b"xy"),
+    (routing.H2_PREFACE + SETTINGS + frame(0x1, 0, 1, b"ab"), None),  # CONTINUATION to come
+    (routing.H2_PREFACE + SETTINGS[:5], None),
+    (routing.H2_PREFACE + SETTINGS + frame(0x1, 0x4, 1, b"abc")[:10], None),
+])
+def test_h2c_first_header_block(data: bytes, expected: bytes | None) -> None:
+    assert routing.h2c_first_header_block(data) == expected
+
+
+@pytest.mark.parametrize("data", [
+    b"GET / HTTP/1.1\r\n\r\n",
+    routing.H2_PREFACE + frame(0x1, 0, 1, b"ab") + frame(0x0, 0, 1, b"data"),  # interrupted block
+    routing.H2_PREFACE + frame(0x1, 0x4 | 0x8, 1, bytes([9]) + b"ab"),  # padding past the end
+    routing.H2_PREFACE + (10**6).to_bytes(3, "big") + bytes([0x1, 0x4]) + (1).to_bytes(4, "big"),
+])
+def test_bad_h2c_preambles(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        routing.h2c_first_header_block(data)

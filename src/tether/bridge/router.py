@@ -4,8 +4,10 @@ The router listens on the Service's target ports (the Service's selector points 
 pod while intercepted). Each connection is sniffed: HTTP/1.x is read request by request with
 `tether.net.http1`, and each request goes where `routing.decide` says (a keep-alive connection
 may carry requests for different destinations, in order, each answered before the next is
-read); anything else (h2c, TLS, a database protocol, a client that waits for the server to
-speak) is spliced whole to an original pod. An `--all` route takes every connection as is.
+read); an h2c connection goes whole where its first request goes (its HPACK header block decoded,
+then every byte replayed); anything else (TLS, a database protocol, a client that waits for the
+server to speak) is spliced whole to an original pod. An `--all` route takes every connection as
+is.
 
 Original pods are dialled at their own addresses (the cloned Service's endpoints) rather than
 through a Service IP, so the router never loops back into itself. Developers are reached
@@ -23,6 +25,8 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import hpack
 
 from tether.bridge import routing
 from tether.net import http1
@@ -215,6 +219,9 @@ class Router:
                             break
                         buffer += data
                         kind = routing.sniff(bytes(buffer[:routing.MAX_REQUEST_LINE + 2]))
+            if kind == routing.H2C:
+                await self._h2c(reader, writer, port, buffer, peer)
+                return
             if kind != routing.HTTP1:
                 if kind == routing.NEED_MORE and not buffer and reader.at_eof():
                     return
@@ -227,6 +234,33 @@ class Router:
             pass
         finally:
             _close(writer)
+
+    async def _h2c(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int,
+                   buffer: bytearray, peer: str) -> None:
+        """h2c with prior knowledge: the whole connection goes where its first request goes (its
+        header block decoded here, then every byte replayed, so the destination's HPACK state
+        is the client's). Later requests on the connection follow the first."""
+        block: bytes | None = None
+        destination = routing.ORIGINAL
+        try:
+            async with asyncio.timeout(SNIFF_TIMEOUT_S * 5):
+                while (block := routing.h2c_first_header_block(bytes(buffer))) is None:
+                    data = await reader.read(READ)
+                    if not data:
+                        return
+                    buffer += data
+            fields = [(_text(name), _text(value)) for name, value in hpack.Decoder().decode(block, raw=True)]
+            authority = next((value for name, value in fields if name == ":authority"), None)
+            destination = routing.decide(routing.request_route(fields), frozenset(self.routes), authority, self.hosts)
+        except (ValueError, TimeoutError, hpack.HPACKError) as exc:
+            log.info("h2c connection from %s: %s; sent to the original pods", peer, exc)
+        if destination.developer:
+            self.routes[destination.route].requests += 1
+            upstream = await self._developer(destination.route, peer)
+        else:
+            self.original_requests += 1
+            upstream = await self._original(port)
+        await splice((reader, writer), upstream, bytes(buffer))
 
     async def _http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int,
                     buffer: bytearray, peer: str) -> None:
@@ -332,6 +366,10 @@ class Router:
                 sender.cancel()
                 with contextlib.suppress(BaseException):
                     await sender
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> None:

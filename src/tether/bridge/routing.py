@@ -145,6 +145,55 @@ def sniff(first: bytes) -> str:
     return OTHER
 
 
+# h2c (HTTP/2 with prior knowledge) ------------------------------------------------------------
+
+H2_HEADERS, H2_CONTINUATION = 0x1, 0x9
+H2_END_HEADERS, H2_PADDED, H2_PRIORITY = 0x4, 0x8, 0x20
+MAX_H2_HEADER_BLOCK = 64 * 1024
+
+
+def h2c_first_header_block(data: bytes) -> bytes | None:
+    """The header block of the first HEADERS frame (with its CONTINUATIONs) after the client
+    preface, or None until all of it has arrived; `ValueError` for frames that make no sense.
+    The block is HPACK-coded: whoever decodes it must be the first decoder of this connection."""
+    if not data.startswith(H2_PREFACE):
+        raise ValueError("no HTTP/2 client preface")
+    offset = len(H2_PREFACE)
+    block = b""
+    stream: int | None = None
+    while True:
+        if len(data) < offset + 9:
+            return None
+        length = int.from_bytes(data[offset:offset + 3], "big")
+        kind, flags = data[offset + 3], data[offset + 4]
+        stream_id = int.from_bytes(data[offset + 5:offset + 9], "big") & 0x7FFFFFFF
+        if length > MAX_H2_HEADER_BLOCK:
+            raise ValueError("HTTP/2 frame larger than tether reads before routing")
+        if len(data) < offset + 9 + length:
+            return None
+        payload = data[offset + 9:offset + 9 + length]
+        offset += 9 + length
+        if stream is None and kind == H2_HEADERS:
+            pad = 0
+            if flags & H2_PADDED:
+                if not payload:
+                    raise ValueError("padded HEADERS frame without a pad length")
+                pad, payload = payload[0], payload[1:]
+            if flags & H2_PRIORITY:
+                payload = payload[5:]
+            if pad > len(payload):
+                raise ValueError("HEADERS padding longer than the frame")
+            block, stream = payload[:len(payload) - pad], stream_id
+        elif stream is not None:
+            if kind != H2_CONTINUATION or stream_id != stream:
+                raise ValueError("a header block interrupted by another frame")
+            block += payload
+        if stream is not None and flags & H2_END_HEADERS:
+            return block
+        if len(block) > MAX_H2_HEADER_BLOCK:
+            raise ValueError("HTTP/2 header block too large")
+
+
 # the parked-connection handshake ------------------------------------------------------------
 
 
