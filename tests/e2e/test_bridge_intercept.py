@@ -11,6 +11,9 @@
   the session is left; a client that comes back before expiry resumes.
 - `--ingress`: an Ingress host copy `naison-e4be.<host>` appears; requests for that Host (as an
   ingress controller forwards them to the Service) reach the local program without the header.
+- h2c with prior knowledge: a connection whose first request has the header reaches the local
+  program (which, speaking HTTP/1.1 only, refuses it with its own error page), one without it an
+  original pod.
 - `-- CMD` (TARGET `deploy/stats-api`: its Service is found by selector): the command runs with
   the pod's environment; the intercept ends with it.
 - A selector changed by someone else while intercepted is reported (Event, `bridge intercepts`)
@@ -366,3 +369,38 @@ def test_ingress_subdomain_routes_without_the_header(clusters: Any, app: dict[st
             timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
     finally:
         clusters.kubectl("delete", "ingress", "todo", "-n", NS, check=False)
+
+
+def h2c_bytes(headers: list[tuple[str, str]]) -> bytes:
+    import hpack
+
+    block = hpack.Encoder().encode([(":method", "GET"), (":scheme", "http"), (":path", "/"),
+                                    (":authority", SVC), *headers])
+    settings = (0).to_bytes(3, "big") + bytes([0x4, 0]) + (0).to_bytes(4, "big")
+    frame = len(block).to_bytes(3, "big") + bytes([0x1, 0x5]) + (1).to_bytes(4, "big") + block
+    return b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings + frame
+
+
+def h2c_answer(ip: str, headers: list[tuple[str, str]]) -> bytes:
+    with socket.create_connection((ip, 80), timeout=15) as raw:
+        raw.sendall(h2c_bytes(headers))
+        raw.shutdown(socket.SHUT_WR)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := raw.recv(65536):
+                answer += chunk
+    return answer
+
+
+def test_h2c_goes_where_its_first_request_goes(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    ip = app["spec"]["clusterIP"]
+    with local_program(3001, "local-h2"):
+        process = start_intercept(clusters, "--port", "3001", "--route-as", "h2-0001", state=tmp_path,
+                                  log=tmp_path / "h2.log")
+        try:
+            wait_routed(ip, "h2-0001", "local-h2")
+            assert b"the local program: " in h2c_answer(ip, [("kubernetes-route-as", "h2-0001")])
+            original = h2c_answer(ip, [])
+            assert b"Error response" in original and b"local program" not in original
+        finally:
+            stop(process)
