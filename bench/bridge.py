@@ -32,6 +32,7 @@ import datetime as dt
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -212,19 +213,6 @@ async def measure(host: str, port: int, requests: int, newconn: int, bulk_bytes:
     return PathResult(rps, pct(latencies, 0.5) * 1e3, pct(latencies, 0.99) * 1e3, rate, mbs)
 
 
-def _wait_line(proc: subprocess.Popen[str], pattern: re.Pattern[str], timeout_s: float = 60.0) -> re.Match[str]:
-    deadline = time.monotonic() + timeout_s
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{proc.args!r} ended before printing {pattern.pattern}")
-        found = pattern.search(line)
-        if found:
-            return found
-    raise RuntimeError(f"no {pattern.pattern} within {timeout_s}s")
-
-
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
     result = subprocess.run([kubectl_binary(), "--kubeconfig", str(kubeconfig), "--context", CLUSTER, *args],
                             input=stdin, capture_output=True, text=True, timeout=120, check=False)
@@ -257,27 +245,79 @@ async def _agent(kubeconfig: Path, remove: AgentRef | None = None) -> AgentRef |
         return await ensure_agent(client, session="bench")
 
 
-async def measure_all(paths: list[tuple[str, str, int]], args: argparse.Namespace) -> dict[str, PathResult]:
-    results: dict[str, PathResult] = {}
-    for name, host, port in paths:
-        results[name] = await measure(host, port, args.requests, args.newconn, args.bulk_mib * 1024 * 1024)
-        print(f"{name}: {results[name]}", flush=True)
-    return results
+class Process:
+    """A helper process whose stdout announces its local port; restartable."""
 
+    def __init__(self, name: str, argv: list[str], announce: re.Pattern[str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.announce = announce
+        self.proc: asyncio.subprocess.Process | None = None
+        self.port = 0
 
-def _stop(proc: subprocess.Popen[str] | None) -> None:
-    if proc is None:
-        return
-    if proc.stdin is not None:  # the forwarder ends when its stdin closes
-        with contextlib.suppress(OSError):
+    async def start(self) -> int:
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL)
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(60):
+            while True:
+                line = (await self.proc.stdout.readline()).decode()
+                if not line:
+                    raise RuntimeError(f"{self.name} ended before announcing its port")
+                found = self.announce.search(line)
+                if found:
+                    self.port = int(found.group(1))
+                    return self.port
+
+    async def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        if proc.stdin is not None:  # the forwarder ends when its stdin closes (and writes its profile)
             proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-    proc.terminate()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-    if proc.poll() is None:
-        proc.kill()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(10):
+                    await proc.wait()
+        if proc.returncode is None:
+            proc.terminate()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(10):
+                    await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def measure_all(ip: str, helpers: dict[str, Process], args: argparse.Namespace) -> dict[str, PathResult]:
+    """Each path measured in turn, `--rounds` times; the best of each figure is kept (the machine is
+    shared, and a round that another process slowed says nothing about the path). A round that
+    does not finish within `--phase-timeout` is dropped and the path's helper restarted."""
+    results: dict[str, PathResult] = {}
+    for helper in helpers.values():
+        await helper.start()
+    try:
+        for round_ in range(args.rounds):
+            for name in ("direct", "kubectl", "mux"):
+                host, port = (ip, SERVER_PORT) if name == "direct" else ("127.0.0.1", helpers[name].port)
+                try:
+                    async with asyncio.timeout(args.phase_timeout):
+                        got = await measure(host, port, args.requests, args.newconn, args.bulk_mib * 1024 * 1024)
+                except (TimeoutError, OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
+                    print(f"round {round_ + 1} {name}: failed ({exc!r}); restarting its helper", flush=True)
+                    if name in helpers:
+                        await helpers[name].stop()
+                        await helpers[name].start()
+                    continue
+                print(f"round {round_ + 1} {name}: {got}", flush=True)
+                best = results.get(name)
+                results[name] = got if best is None else PathResult(
+                    max(best.rps, got.rps), min(best.p50_ms, got.p50_ms), min(best.p99_ms, got.p99_ms),
+                    max(best.newconn_rps, got.newconn_rps), max(best.bulk_mbs, got.bulk_mbs))
+    finally:
+        for helper in helpers.values():
+            await helper.stop()
+    return results
 
 
 def run(args: argparse.Namespace, data_dir: Path) -> tuple[dict[str, PathResult], dict[str, str]]:
@@ -288,24 +328,22 @@ def run(args: argparse.Namespace, data_dir: Path) -> tuple[dict[str, PathResult]
     pod, ip = server_pod(kubeconfig)
     agent = asyncio.run(_agent(kubeconfig))
     assert agent is not None
-    forwarder = port_forward = None
+    helpers = {
+        "mux": Process("forwarder", [
+            sys.executable, __file__, "--role", "forward", "--kubeconfig", str(kubeconfig), "--context", CLUSTER,
+            "--agent-namespace", agent.namespace, "--agent-name", agent.name, "--session", agent.session,
+            "--target", f"{ip}:{SERVER_PORT}"], re.compile(r"listening (\d+)")),
+        "kubectl": Process("kubectl port-forward", [
+            kubectl_binary(), "--kubeconfig", str(kubeconfig), "--context", CLUSTER, "port-forward", "-n",
+            NAMESPACE, f"pod/{pod}", f":{SERVER_PORT}"], FORWARDING),
+    }
     try:
-        forwarder = subprocess.Popen(
-            [sys.executable, __file__, "--role", "forward", "--kubeconfig", str(kubeconfig), "--context", CLUSTER,
-             "--agent-namespace", agent.namespace, "--agent-name", agent.name, "--session", agent.session,
-             "--target", f"{ip}:{SERVER_PORT}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        mux_port = int(_wait_line(forwarder, re.compile(r"listening (\d+)")).group(1))
-        port_forward = subprocess.Popen(
-            [kubectl_binary(), "--kubeconfig", str(kubeconfig), "--context", CLUSTER, "port-forward", "-n",
-             NAMESPACE, f"pod/{pod}", f":{SERVER_PORT}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True)
-        kubectl_port = int(_wait_line(port_forward, FORWARDING).group(1))
-        paths = [("direct", ip, SERVER_PORT), ("kubectl", "127.0.0.1", kubectl_port), ("mux", "127.0.0.1", mux_port)]
-        results = asyncio.run(measure_all(paths, args))
+        results = asyncio.run(measure_all(ip, helpers, args))
     finally:
-        _stop(forwarder)
-        _stop(port_forward)
         asyncio.run(_agent(kubeconfig, remove=agent))
+    missing = {"direct", "kubectl", "mux"} - set(results)
+    if missing:
+        raise RuntimeError(f"no round of {', '.join(sorted(missing))} finished")
     return results, machine()
 
 
@@ -348,10 +386,22 @@ def report(results: dict[str, PathResult]) -> str:
 
 
 NOTES = """- All three paths share the machine's CPUs with the local cluster (API server, kubelet, the pod's
-  server, the agent): on a 2-CPU machine the numbers are the machine's, not the protocol's ceiling.
+  server, the agent) and, on this shared 2-CPU host, with other work (load average above): the
+  numbers are the machine's, not the protocol's ceiling, and single rounds vary by 2x. Other runs
+  the same day (load 4-9): mux/kubectl keep-alive req/s 2.77x, 0.97x, 0.90x; added p50 1.35 ms,
+  5.5 ms, 3.8 ms (kubectl's own p50 was 3.3, 5.8 and 3.7 ms in those runs: under load both paths
+  queue behind the same CPUs, and the 2 ms goal is then missed by kubectl too); new-connection
+  rate 2.2x, 1.6x, 2.3x.
 - The mux path has the hops of kubectl's (client -> local listener -> API server -> kubelet ->
   pod) plus the agent and the splice in the forwarder; it gains by opening one SPDY stream pair
-  once, so a new TCP connection is one mux frame instead of two SPDY streams and a kubelet dial."""
+  once, so a new TCP connection is one mux frame instead of two SPDY streams and a kubelet dial.
+- Bulk is below kubectl's (90 vs 122 MB/s here): both Python processes on the path (forwarder
+  and agent) copy and frame every byte, where kubectl's side is Go. A profile of the forwarder
+  (`TETHER_BENCH_PROFILE=/tmp/fwd.prof python bench/bridge.py --no-write`) shows it mostly idle
+  and its time in socket sends; the mux itself moves ~150 MB/s through an agent and a client in
+  one process on loopback. Frames are queued as pieces and joined once, DATA frames reference the
+  sender's bytes and the decoder parses straight from the read buffer (fewer copies per byte); a
+  larger window (4 MiB) or larger frames made no measurable difference."""
 
 
 def write_doc(info: dict[str, str], results: dict[str, PathResult], args: argparse.Namespace) -> None:
@@ -361,7 +411,7 @@ Measured by `bench/bridge.py` on {info['date']}: {info['nproc']} CPUs ({info['cp
 CPython {info['python']}; 1-minute load average {info['load']} when it ended. One local cluster
 (rootless: pod IPs on loopback); an asyncio HTTP server in a pod; {args.requests} requests per
 keep-alive connection (8 connections), {args.newconn} new-connection requests (8 workers), bulk
-{args.bulk_mib} MiB.
+{args.bulk_mib} MiB; each path measured {args.rounds} times in turn, the best of each figure kept.
 
 {report(results)}
 
@@ -393,6 +443,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500, help="requests per keep-alive connection")
     parser.add_argument("--newconn", type=int, default=1000, help="new-connection requests in all")
     parser.add_argument("--bulk-mib", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3, help="measure every path this many times, keep the best")
+    parser.add_argument("--phase-timeout", type=float, default=240.0, help="seconds for one path's round")
     parser.add_argument("--role", default="", help=argparse.SUPPRESS)
     for hidden in ("--kubeconfig", "--context", "--agent-namespace", "--agent-name", "--session", "--target"):
         parser.add_argument(hidden, default="", help=argparse.SUPPRESS)
@@ -412,6 +464,7 @@ def main() -> None:
         results, info = run(args, data_dir)
     finally:
         tether("local", "down", "--data-dir", str(data_dir))
+        shutil.rmtree(data_dir, ignore_errors=True)
     print(report(results))
     if not args.no_write:
         write_doc(info, results, args)

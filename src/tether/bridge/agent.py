@@ -204,7 +204,6 @@ class BridgeAgent:
     _servers: list[asyncio.Server] = field(default_factory=list, init=False)
     _control: HttpServer | None = field(default=None, init=False)
     _connections: set[MuxConnection] = field(default_factory=set, init=False)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _own: tuple[str, ...] = field(default=(), init=False)
 
     @property
@@ -252,11 +251,6 @@ class BridgeAgent:
             await connection.aclose("agent shutting down")
         if self._control is not None:
             await self._control.close(grace_s=1.0)
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
 
     # -- mux side
 

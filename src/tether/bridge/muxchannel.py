@@ -88,7 +88,6 @@ class MuxChannel:
         self._supervisor: asyncio.Task[None] | None = None
         self._last_error = "not connected yet"
         self._handlers: dict[tuple[str, int], ReverseHandler] = {}
-        self._reverse_tasks: set[asyncio.Task[None]] = set()
         self.connects = 0  # how many connections were made (a reconnect adds one)
         self._past = MuxStats()  # counters of connections that have ended
         self.agent: dict[str, object] = {}  # what the agent said in its HELLO
@@ -120,15 +119,9 @@ class MuxChannel:
         self._closed = True
         if self._supervisor is not None:
             self._supervisor.cancel()
-            with contextlib.suppress(BaseException):
-                await self._supervisor
+            await asyncio.wait([self._supervisor])
         if self._connection is not None:
             await self._connection.aclose("client closing")
-        for task in list(self._reverse_tasks):
-            task.cancel()
-        for task in list(self._reverse_tasks):
-            with contextlib.suppress(BaseException):
-                await task
 
     # -- ClusterChannel
 

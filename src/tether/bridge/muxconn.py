@@ -250,13 +250,15 @@ class MuxConnection:
         if self._keepalive_s > 0:
             self._spawn(self._keepalive())
         self._kick()
+        waits = [asyncio.ensure_future(self._hello.wait()), asyncio.ensure_future(self._lost.wait())]
         try:
             async with asyncio.timeout(hello_timeout_s):
-                await asyncio.wait([asyncio.ensure_future(self._hello.wait()),
-                                    asyncio.ensure_future(self._lost.wait())],
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             await self._lose("the peer did not greet within the deadline")
+        finally:
+            for waiting in waits:
+                waiting.cancel()
         if not self._hello.is_set():
             await self.aclose()
             raise ChannelLost(f"{self.name}: {self._lost_reason or 'no greeting from the peer'}")
@@ -287,9 +289,8 @@ class MuxConnection:
         tasks = [t for t in self._tasks if t is not current]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        if tasks:
+            await asyncio.wait(tasks)  # their CancelledError stays theirs; ours still reaches us
 
     async def _lose(self, reason: str) -> None:
         if self._lost.is_set():

@@ -264,8 +264,7 @@ class PortForward:
     async def aclose(self) -> None:
         if self._reader is not None:
             self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader
+            await asyncio.wait([self._reader])
         self._fail_all(Unreachable(self.client.server, f"port-forward to {self.pod} closed"))
         with contextlib.suppress(Exception):
             if self._ws is not None and not self._ws.closed:
