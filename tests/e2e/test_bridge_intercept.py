@@ -9,6 +9,8 @@
 - `--all`: every request reaches the local program.
 - SIGKILL of the client: within restore-after + 10 s the Service routes to its pods and nothing of
   the session is left; a client that comes back before expiry resumes.
+- `tether bridge reset`: a namespace left intercepted (client killed, Lease not yet expired) is
+  restored at once and left with no tether objects.
 - `--ingress`: an Ingress host copy `naison-e4be.<host>` appears; requests for that Host (as an
   ingress controller forwards them to the Service) reach the local program without the header.
 - h2c with prior knowledge: a connection whose first request has the header reaches the local
@@ -404,3 +406,21 @@ def test_h2c_goes_where_its_first_request_goes(clusters: Any, app: dict[str, Any
             assert b"Error response" in original and b"local program" not in original
         finally:
             stop(process)
+
+
+def test_bridge_reset_restores_a_namespace_at_once(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    ip = app["spec"]["clusterIP"]
+    before = comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS))
+    with local_program(3001, "local-r"):
+        process = start_intercept(clusters, "--port", "3001", "--route-as", "reset-0001", "--restore-after", "600",
+                                  state=tmp_path, log=tmp_path / "r.log")
+        wait_routed(ip, "reset-0001", "local-r")
+        process.kill()
+        process.wait()
+    result = tether(clusters, "bridge", "reset", "-n", NS, state=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "removed session reset-0001 (stats-api)" in result.stdout
+    assert comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS)) == before
+    assert is_original(get(ip, {"kubernetes-route-as": "reset-0001"}))
+    poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
+    assert tether(clusters, "bridge", "reset", "-n", NS, state=tmp_path).stdout.startswith("nothing")
