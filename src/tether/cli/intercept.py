@@ -15,9 +15,10 @@ from typing import Annotated
 
 import typer
 
-from tether.bridge import api, b2ktask, intercepts, routing
+from tether.bridge import agentpods, api, b2ktask, intercepts, routing
 from tether.bridge.channel import BridgeError, ClusterChannel, DirectChannel
 from tether.bridge.interceptrun import Holding, keep_renewed
+from tether.bridge.muxchannel import MuxChannel
 from tether.cli.bridge import Context, Kubeconfig, Namespace, bridge_app
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
@@ -35,16 +36,13 @@ def _user() -> str:
 
 
 async def _channel(client: KubeClient, started: intercepts.Started, direct: bool
-                   ) -> tuple[ClusterChannel, object | None]:
+                   ) -> tuple[ClusterChannel, agentpods.AgentRef | None]:
     """The way to the router: the bridge agent's multiplexed connection (through the API
     server's port-forward), or with `--direct` straight to the pod IP from here. The agent runs
     in the intercepted namespace, owned by the session too: when the cluster ends a session whose
     client died, the garbage collector removes the agent with it."""
     if direct:
         return DirectChannel(), None
-    from tether.bridge import agentpods
-    from tether.bridge.muxchannel import MuxChannel
-
     plan = started.plan
     agent = await agentpods.ensure_agent(client, session=f"intercept-{plan.route}"[:40].rstrip("-"),
                                          namespace=plan.namespace)
@@ -54,14 +52,12 @@ async def _channel(client: KubeClient, started: intercepts.Started, direct: bool
     return channel, agent
 
 
-async def _close_channel(client: KubeClient, channel: ClusterChannel, agent: object | None) -> None:
+async def _close_channel(client: KubeClient, channel: ClusterChannel, agent: agentpods.AgentRef | None) -> None:
     with contextlib.suppress(Exception):
         await channel.aclose()
     if agent is not None:
-        from tether.bridge import agentpods
-
-        with contextlib.suppress(Exception):
-            await agentpods.remove_agent(client, agent)  # type: ignore[arg-type]
+        with contextlib.suppress(Exception):  # the session owns it: the garbage collector removes it anyway
+            await agentpods.remove_agent(client, agent)
 
 
 def intercept(
