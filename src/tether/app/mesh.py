@@ -54,6 +54,7 @@ class LocalMesh:
     managers: dict[tuple[str, str], MeshManager] = field(default_factory=dict)
     tasks: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     hub: KubeClient | None = None  # set: a MeshReady condition on the hub's Cluster of each cluster
+    own_hub: bool = True  # close `hub` with the rest (False: the hub process's own client)
 
     def load(self) -> None:
         if len(self.names) < 2:
@@ -201,5 +202,5 @@ class LocalMesh:
             await underlay.leave_nodes(self.networks[a], self.networks[b])
 
     async def close(self) -> None:
-        for client in [*self.clients.values(), *([self.hub] if self.hub else [])]:
+        for client in [*self.clients.values(), *([self.hub] if self.hub and self.own_hub else [])]:
             await client.close()
