@@ -19,10 +19,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tether.app.mesh import LocalMesh, MeshLocalError
+from tether.app.mesh import LocalMesh, MeshLocalError, write_mesh_ready
 from tether.connect.fleetwatch import MemberSignal
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ class HubMesh:
             log.error("hub mesh: cannot mesh %s: %s", ", ".join(wanted), exc)
             self.refused = wanted
             await mesh.close()
+            for name in wanted:
+                await write_mesh_ready(self.hub.host, name, "False", "MeshRefused", str(exc), time.time())
             return
         mesh.hub = self.hub.host
         log.info("hub mesh: meshing %s", ", ".join(wanted))
