@@ -1,9 +1,10 @@
 """The hub sets the WireGuard mesh up between its registered members by itself (`tether hub run --mesh`).
 
-Clusters `aws` and `gcp` (`tether local up --netns --nodes 1`); the hub is installed in `aws`
-and both are registered as Clusters. `tether hub run --mesh` (no `tether mesh local`) then:
+Clusters `aws` and `gcp` (`tether local up --netns --nodes 1`); the hub is installed in `aws`,
+`aws` is registered as a Cluster and `tether hub run --mesh` starts (no `tether mesh local`).
+When `gcp` is registered too, the hub:
 
-- meshes them: each node is annotated for the other cluster and peered with its node, and a pod
+- meshes them (a member registered while the hub runs joins): each node is annotated for the other cluster and peered with its node, and a pod
   of `aws` reaches a pod of `gcp` by pod IP;
 - writes `MeshReady=True` on both Clusters;
 - when `gcp` is unregistered (its Cluster deleted), removes what the mesh made: no interface
@@ -79,6 +80,11 @@ class Fleet:
     def json(self, cluster: str, *args: str) -> Any:
         return json.loads(self.kubectl(cluster, *args, "-o", "json"))
 
+    def register(self, name: str) -> None:
+        self.kubectl("aws", "apply", "-f", "-", input=json.dumps({
+            "apiVersion": "cluster.tether.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name},
+            "spec": {"syncMode": "Pull"}}))
+
     def node_ns(self, cluster: str) -> str:
         return f"tether-{self.index[cluster]}-n0"
 
@@ -120,10 +126,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             f.kubectl(name, "create", "deployment", "web", "--image=nginx", "--port=80")
         installed = tether("hub", "install", "--kubeconfig", str(data_dir / "kubeconfig"), "--context", "aws")
         assert installed.returncode == 0, installed.stdout + installed.stderr
-        for name in ("aws", "gcp"):
-            f.kubectl("aws", "apply", "-f", "-", input=json.dumps({
-                "apiVersion": "cluster.tether.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name},
-                "spec": {"syncMode": "Pull"}}))
+        f.register("aws")  # gcp is registered by the test, with the hub running
         f.hub = e2e_util.Collected(
             [sys.executable, "-m", "tether", "hub", "run", "--mesh", "--data-dir", str(data_dir), "--kubeconfig",
              str(data_dir / "kubeconfig"), "--context", "aws", "--port", "0", "--verbose"],
@@ -147,6 +150,8 @@ def mesh_ready(fleet: Fleet, name: str) -> dict[str, Any] | None:
 
 
 def test_the_hub_meshes_its_members_and_unmeshes_one_that_leaves(fleet: Fleet) -> None:
+    assert fleet.mesh_links("aws") == [] and fleet.annotations("aws") == {}  # one member: nothing to mesh
+    fleet.register("gcp")
     for cluster, other in (("aws", "gcp"), ("gcp", "aws")):
         e2e_util.poll(lambda c=cluster, o=other: set(fleet.annotations(c)) == {f"{o}.{DOMAIN}/pubKey",
                                                                              f"{o}.{DOMAIN}/endpoint"},
