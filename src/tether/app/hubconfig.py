@@ -34,3 +34,4 @@ class HubConfig:
     # status or annotation
     template_status: str = "auto"
     clusterset: str | None = None  # run the MCS controller for this clusterset; None: not run
+    mesh_root: Path | None = None  # mesh the registered --netns local clusters under it; None: not run

@@ -122,6 +122,9 @@ def run(
     clusterset: Annotated[str | None, typer.Option(
         "--clusterset", help="Run the MCS API (ServiceExport/ServiceImport) across the Ready members as this "
         "clusterset: installs the MCS CRDs and ClusterProperties in each member")] = None,
+    mesh: Annotated[bool, typer.Option(
+        "--mesh", help="Mesh the registered Clusters that are --netns local clusters of --data-dir with "
+        "WireGuard (what `tether mesh local` does), with a MeshReady condition on each; needs root")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
     template_status: Annotated[str, typer.Option(
         "--template-status", metavar="auto|status|annotation",
@@ -174,7 +177,7 @@ def run(
                                failover=FailoverSettings(
                                    enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
                                    graceful_timeout_s=graceful_eviction_timeout),
-                               clusterset=clusterset)
+                               clusterset=clusterset, mesh_root=state_root(data_dir) if mesh else None)
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}
     try:
