@@ -34,3 +34,5 @@ class HubConfig:
     # status or annotation
     template_status: str = "auto"
     clusterset: str | None = None  # run the MCS controller for this clusterset; None: not run
+    dashboard_port: int | None = None  # the read-only web dashboard (app.dashboard); None: off
+    dashboard_address: str = "127.0.0.1"

@@ -122,6 +122,11 @@ def run(
     clusterset: Annotated[str | None, typer.Option(
         "--clusterset", help="Run the MCS API (ServiceExport/ServiceImport) across the Ready members as this "
         "clusterset: installs the MCS CRDs and ClusterProperties in each member")] = None,
+    dashboard_port: Annotated[int | None, typer.Option(
+        "--dashboard-port", help="Serve the read-only web dashboard on this port (0 picks one; "
+        "8090 in the hub manifests); see docs/dashboard.md")] = None,
+    dashboard_address: Annotated[str, typer.Option(
+        "--dashboard-address", help="Address the dashboard listens on")] = "127.0.0.1",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
     template_status: Annotated[str, typer.Option(
         "--template-status", metavar="auto|status|annotation",
@@ -174,8 +179,10 @@ def run(
                                failover=FailoverSettings(
                                    enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
                                    graceful_timeout_s=graceful_eviction_timeout),
-                               clusterset=clusterset)
+                               clusterset=clusterset, dashboard_port=dashboard_port,
+                               dashboard_address=dashboard_address)
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
+             "--dashboard-port": dashboard_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
