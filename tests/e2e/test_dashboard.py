@@ -1,0 +1,219 @@
+"""The hub's web dashboard in headless Chromium (Debian's `chromium` + `chromium-driver`,
+driven by selenium through /usr/bin/chromedriver: nothing is downloaded).
+
+A hub with two members (member2 in a data dir of its own, so it can be stopped alone); the page
+signs in with a ServiceAccount token, shows the clusters and a propagated object per cluster,
+follows member2 turning NotReady without a reload, renders hostile text as text, logs nothing
+to the console, and leaves a screenshot in docs/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fed_fleet import Fleet, ok, tether
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+WAIT_S = 90.0
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
+
+if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+    if os.geteuid() == 0:
+        pytest.fail("chromium and chromium-driver are missing: `bash scripts/test` installs them "
+                    "(apt-get install chromium chromium-driver)", pytrace=False)
+    pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium "
+                "chromium-driver, as root)", allow_module_level=True)
+
+from selenium import webdriver  # noqa: E402 (after the skip: only with a browser)
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+VIEWER_RBAC = [
+    {"apiVersion": "v1", "kind": "ServiceAccount",
+     "metadata": {"name": "dashboard-viewer", "namespace": "tether-system"}},
+    {"apiVersion": "v1", "kind": "ServiceAccount",
+     "metadata": {"name": "nobody", "namespace": "tether-system"}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+     "metadata": {"name": "tether-dashboard-viewer"},
+     "rules": [{"apiGroups": ["cluster.tether.io"], "resources": ["clusters"],
+                "verbs": ["get", "list", "watch"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "tether-dashboard-viewer"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                 "name": "tether-dashboard-viewer"},
+     "subjects": [{"kind": "ServiceAccount", "name": "dashboard-viewer",
+                   "namespace": "tether-system"}]},
+]
+
+PROPAGATED = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dash"}},
+    {"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedNamespace",
+     "metadata": {"name": "dash", "namespace": "dash"},
+     "spec": {"placement": {"clusters": [{"name": "member1"}, {"name": "member2"}]}}},
+    {"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
+     "metadata": {"name": "greeting", "namespace": "dash"},
+     "spec": {"template": {"data": {"greeting": "hello"}},
+              "placement": {"clusters": [{"name": "member1"}, {"name": "member2"}]}}},
+]
+
+
+class Dash:
+    def __init__(self, fleet: Fleet, second: Path, url: str, token: str, nobody: str) -> None:
+        self.fleet, self.second, self.url, self.token, self.nobody = fleet, second, url, token, nobody
+
+
+def _dashboard_url(fleet: Fleet) -> str:
+    deadline = time.monotonic() + 30
+    while True:
+        found = re.search(r"dashboard on (http://\S+/)", fleet.hub_log(fleet.hub_runs).read_text())
+        if found:
+            return found.group(1)
+        assert time.monotonic() < deadline, fleet.hub_log(fleet.hub_runs).read_text()
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dash]:
+    first, second = tmp_path_factory.mktemp("dash"), tmp_path_factory.mktemp("dash-member2")
+    ok(tether("local", "up", "--data-dir", str(first), "--name", "host", "--name", "member1",
+              timeout=180))
+    fleet = Fleet(first, ("member1", "member2"), tmp_path_factory.mktemp("dash-cache"),
+                  hub_args=("--dashboard-port", "0"))
+    try:
+        ok(tether("local", "up", "--data-dir", str(second), "--name", "member2", timeout=180))
+        ok(tether("hub", "install", "--kubeconfig", str(fleet.kubeconfig), "--context", "host"))
+        fleet.join("member1")
+        ok(tether("join", "member2", "--cluster-context", "member2", "--cluster-kubeconfig",
+                  str(second / "kubeconfig"), "--host-kubeconfig", str(fleet.kubeconfig),
+                  "--host-context", "host"))
+        fleet.kubectl("host", "apply", "-f", "-",
+                      input=json.dumps({"apiVersion": "v1", "kind": "List", "items": VIEWER_RBAC}))
+        token = fleet.kubectl("host", "create", "token", "dashboard-viewer", "-n",
+                              "tether-system").stdout.strip()
+        nobody = fleet.kubectl("host", "create", "token", "nobody", "-n", "tether-system").stdout.strip()
+        fleet.start_hub()
+        fleet.wait_members_ready()
+        yield Dash(fleet, second, _dashboard_url(fleet), token, nobody)
+        assert not fleet.tracebacks(), fleet.tracebacks()
+    finally:
+        try:
+            fleet.stop_hub()
+        finally:
+            tether("local", "down", "--data-dir", str(second))
+            tether("local", "down", "--data-dir", str(first))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--no-proxy-server", "--window-size=1360,900", "--no-first-run",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver: WebDriver, what: str, script: str, *args: Any) -> Any:
+    """Until `script` (JavaScript returning a value) is truthy in the page."""
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(
+        lambda d: d.execute_script(script, *args), message=f"timed out waiting for {what}")
+
+
+def severe(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in entries if e.get("level") == "SEVERE"]
+
+
+def test_api_needs_a_caller_allowed_to_get_clusters(dash: Dash) -> None:
+    api = dash.url + "api/model"
+    anonymous = httpx.get(api, timeout=30)
+    assert anonymous.status_code == 401
+    assert anonymous.json()["kind"] == "Status" and "token" in anonymous.json()["message"]
+    refused = httpx.get(api, headers={"Authorization": f"Bearer {dash.nobody}"}, timeout=30)
+    assert refused.status_code == 403 and refused.json()["reason"] == "Forbidden"
+    assert "system:serviceaccount:tether-system:nobody" in refused.json()["message"]
+    allowed = httpx.get(api, headers={"Authorization": f"Bearer {dash.token}"}, timeout=30)
+    assert allowed.status_code == 200
+    assert {c["name"] for c in allowed.json()["clusters"]} == {"member1", "member2"}
+    assert allowed.headers["content-security-policy"].startswith("default-src 'none'")
+    written = httpx.post(api, headers={"Authorization": f"Bearer {dash.token}"}, timeout=30)
+    assert written.status_code == 405  # read-only
+
+
+def test_dashboard_in_chromium(dash: Dash, browser: WebDriver) -> None:
+    fleet = dash.fleet
+    # Without credentials: the page explains how to sign in (a 401 from the API behind it).
+    browser.get(dash.url)
+    wait(browser, "the sign-in panel",
+         "return !document.getElementById('login').hidden && "
+         "document.getElementById('state').textContent === 'signed out'")
+    login = browser.find_element(By.ID, "login").text
+    assert "token" in login and "port-forward" in login
+    before = browser.get_log("browser")  # and clears it
+    assert all("401" in e["message"] for e in severe(before)), before
+
+    # Hostile text from the hub is shown as text, never run.
+    fleet.kubectl("host", "patch", "clusters.cluster.tether.io", "member1", "--type=merge",
+                  "-p", json.dumps({"spec": {"region": HOSTILE}}))
+    browser.find_element(By.ID, "token").send_keys(dash.token)
+    browser.find_element(By.ID, "signin").click()
+    wait(browser, "both members Ready in the clusters table",
+         "return ['member1', 'member2'].every(n => { const r = document.querySelector("
+         "`#clusters-table tr[data-cluster='${n}']`); return r && r.dataset.ready === 'True'; })")
+    wait(browser, "the hostile region as text",
+         "const c = document.querySelector(\"tr[data-cluster='member1'] td.where\");"
+         "return c && c.textContent.includes(arguments[0]);", HOSTILE)
+    assert browser.execute_script("return window.pwned === undefined")
+    assert browser.execute_script(
+        "return document.querySelectorAll('#clusters-table img, #clusters-table script').length") == 0
+    fleet.kubectl("host", "patch", "clusters.cluster.tether.io", "member1", "--type=merge",
+                  "-p", json.dumps({"spec": {"region": "eu-west"}}))
+    row = browser.find_element(By.CSS_SELECTOR, "#clusters-table tr[data-cluster='member2']").text
+    assert "Push" in row and "ready" in row  # mode, nodes "n/n ready"
+
+    # A propagated object and its per-cluster rows.
+    fleet.kubectl("host", "apply", "-f", "-",
+                  input=json.dumps({"apiVersion": "v1", "kind": "List", "items": PROPAGATED}))
+    wait(browser, "FederatedConfigMap dash/greeting applied in both members",
+         "const o = document.querySelector(\"[data-object='dash/FederatedConfigMap/greeting']\");"
+         "return o && ['member1', 'member2'].every(n => { const r = o.querySelector("
+         "`tr[data-cluster='${n}']`); return r && r.dataset.applied === 'yes'; })")
+    placement = browser.find_element(
+        By.CSS_SELECTOR, "[data-object='dash/FederatedConfigMap/greeting'] tr[data-cluster='member1']")
+    assert placement.find_element(By.CSS_SELECTOR, "td.applied").text.startswith("yes")
+    assert re.search(r"\d+\.\d\ds", placement.text), placement.text  # time to propagate
+    DOCS.mkdir(exist_ok=True)
+    shot = DOCS / "dashboard.png"
+    browser.save_screenshot(str(shot))
+
+    # member2 goes away: the page follows without a reload.
+    browser.execute_script("window.__same_page = true")
+    ok(tether("local", "down", "--data-dir", str(dash.second)))
+    wait(browser, "member2 NotReady on the page",
+         "const r = document.querySelector(\"#clusters-table tr[data-cluster='member2']\");"
+         "return r && r.dataset.ready === 'False' && "
+         "r.querySelector('td.error').textContent.length > 1")
+    assert browser.execute_script("return window.__same_page === true")
+    assert browser.find_element(By.ID, "state").text == "live"
+    assert severe(browser.get_log("browser")) == []
+    assert shot.stat().st_size > 10_000
+    shutil.copy(shot, fleet.data_dir / "dashboard.png")  # what the run saw, next to its logs
