@@ -9,10 +9,12 @@ to the console, and leaves a screenshot in docs/dashboard.png.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import shutil
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from fed_fleet import Fleet, ok, tether
 
 CHROMIUM = "/usr/bin/chromium"
@@ -79,7 +82,7 @@ class Dash:
 def _dashboard_url(fleet: Fleet) -> str:
     deadline = time.monotonic() + 30
     while True:
-        found = re.search(r"dashboard on (http://\S+/)", fleet.hub_log(fleet.hub_runs).read_text())
+        found = re.search(r"dashboard on (https?://\S+/)", fleet.hub_log(fleet.hub_runs).read_text())
         if found:
             return found.group(1)
         assert time.monotonic() < deadline, fleet.hub_log(fleet.hub_runs).read_text()
@@ -217,3 +220,52 @@ def test_dashboard_in_chromium(dash: Dash, browser: WebDriver) -> None:
     assert severe(browser.get_log("browser")) == []
     assert shot.stat().st_size > 10_000
     shutil.copy(shot, fleet.data_dir / "dashboard.png")  # what the run saw, next to its logs
+
+
+def _client_tls(fleet: Fleet, user: str, out: Path, *, with_cert: bool = True) -> ssl.SSLContext:
+    """TLS trusting the hub proxy CA, with a `tether kubeconfig --user` client certificate."""
+    config = out / f"{user}.kubeconfig"
+    ok(tether("kubeconfig", "member1", "--user", user, "--server", "https://127.0.0.1:1",
+              "--out", str(config), "--kubeconfig", str(fleet.kubeconfig), "--context", "host"))
+    doc = yaml.safe_load(config.read_text())
+    files = []
+    for name, data in (("crt", doc["users"][0]["user"]["client-certificate-data"]),
+                       ("key", doc["users"][0]["user"]["client-key-data"]),
+                       ("ca", doc["clusters"][0]["cluster"]["certificate-authority-data"])):
+        path = out / f"{user}.{name}"
+        path.write_bytes(base64.b64decode(data))
+        files.append(str(path))
+    context = ssl.create_default_context(cafile=files[2])
+    if with_cert:
+        context.load_cert_chain(files[0], files[1])
+    return context
+
+
+def test_client_certificate_over_tls(dash: Dash, tmp_path: Path) -> None:
+    """With --dashboard-tls the hub proxy's CA serves it: `tether kubeconfig` certificates sign
+    in, and the same `get clusters` rule decides."""
+    fleet = dash.fleet
+    fleet.kubectl("host", "create", "clusterrolebinding", "dashboard-viewer-cert",
+                  "--clusterrole=tether-dashboard-viewer", "--user=viewer-cert")
+    fleet.stop_hub()
+    fleet.hub_args = ("--dashboard-port", "0", "--dashboard-tls")
+    fleet.start_hub()
+    url = _dashboard_url(fleet)
+    assert url.startswith("https://127.0.0.1:")
+    viewer = _client_tls(fleet, "viewer-cert", tmp_path)
+    stranger = _client_tls(fleet, "stranger-cert", tmp_path)
+    anonymous = _client_tls(fleet, "anonymous", tmp_path, with_cert=False)
+    with httpx.Client(verify=viewer, timeout=30) as client:
+        deadline = time.monotonic() + WAIT_S
+        while (answer := client.get(url + "api/whoami")).status_code != 200:
+            assert time.monotonic() < deadline, answer.text
+            time.sleep(0.5)
+        assert answer.json()["username"] == "viewer-cert" and answer.json()["via"] == "certificate"
+        names = {c["name"] for c in client.get(url + "api/model").json()["clusters"]}
+        assert names == {"member1", "member2"}
+    with httpx.Client(verify=stranger, timeout=30) as client:
+        refused = client.get(url + "api/model")
+        assert refused.status_code == 403 and "stranger-cert" in refused.json()["message"]
+    with httpx.Client(verify=anonymous, timeout=30) as client:
+        assert client.get(url + "api/model").status_code == 401
+        assert client.get(url).status_code == 200  # the page itself, with its sign-in help

@@ -93,7 +93,7 @@ class Hub:
             from tether.app.dashboard.server import DashboardServer
 
             self.dashboard = DashboardServer(self, address=config.dashboard_address,
-                                             port=config.dashboard_port)
+                                             port=config.dashboard_port, tls=config.dashboard_tls)
 
     def _clusters_ready(self) -> float:
         infos = [cluster_info(c) for c in self.shared.clusters.list()]

@@ -127,6 +127,9 @@ def run(
         "8090 in the hub manifests); see docs/dashboard.md")] = None,
     dashboard_address: Annotated[str, typer.Option(
         "--dashboard-address", help="Address the dashboard listens on")] = "127.0.0.1",
+    dashboard_tls: Annotated[bool, typer.Option(
+        "--dashboard-tls", help="Serve the dashboard over HTTPS with the cluster proxy's CA, so "
+        "`tether kubeconfig` client certificates sign in too")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
     template_status: Annotated[str, typer.Option(
         "--template-status", metavar="auto|status|annotation",
@@ -180,7 +183,7 @@ def run(
                                    enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
                                    graceful_timeout_s=graceful_eviction_timeout),
                                clusterset=clusterset, dashboard_port=dashboard_port,
-                               dashboard_address=dashboard_address)
+                               dashboard_address=dashboard_address, dashboard_tls=dashboard_tls)
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
              "--dashboard-port": dashboard_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}

@@ -50,17 +50,16 @@ def forbidden_message(caller: cp.Caller) -> str:
 
 
 class DashboardAccess:
-    def __init__(self, host: KubeClient, proxy: cp.ClusterProxy | None = None) -> None:
+    def __init__(self, host: KubeClient, *, admin_token: str | None = None) -> None:
         self.host = host
-        # the proxy's authentication (token reviews, their cache); its member pool stays unused
-        self.proxy = proxy if proxy is not None else cp.ClusterProxy(host)
-        self._owns_proxy = proxy is None
+        # the proxy's authentication (token reviews and their cache, the hub's admin token);
+        # its member pool stays unused
+        self.proxy = cp.ClusterProxy(host, admin_token=admin_token)
         self.decisions = cp.DecisionCache()
         self.reviews = 0
 
     async def aclose(self) -> None:
-        if self._owns_proxy:
-            await self.proxy.aclose()
+        await self.proxy.aclose()
 
     async def caller(self, peer_cert: Mapping[str, Any] | None,
                      headers: Mapping[str, str]) -> cp.Caller | cp.Answer:

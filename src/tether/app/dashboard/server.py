@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from tether.app import clusterproxy as proxy_app
 from tether.app.dashboard import model as M
 from tether.app.dashboard.access import DashboardAccess
 from tether.federation import clusterproxy as cp
@@ -128,9 +129,11 @@ def _answer(outcome: cp.Answer) -> Response:
 
 class DashboardServer:
     def __init__(self, hub: Hub, *, address: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 tls: bool = False) -> None:
         self.hub = hub
         self.address = address
+        self.port = port
+        self.tls = tls
         self.access = DashboardAccess(hub.host)
         self.static = load_static()
         self.leases = Informer(hub.host, "coordination.k8s.io/v1", "Lease", HUB_NAMESPACE,
@@ -138,19 +141,30 @@ class DashboardServer:
         self.feed = Feed(self.snapshot_model)
         hub.shared.cluster_handlers.append(self._changed)
         hub.shared.work_handlers.append(self._changed)
-        self.http = HttpServer(self.handle, host=address, port=port, ssl_context=ssl_context,
-                               server_header="tether-dashboard")
-        self.scheme = "https" if ssl_context is not None else "http"
+        self.http: HttpServer | None = None
 
     @property
     def url(self) -> str:
         host = f"[{self.address}]" if ":" in self.address else self.address
-        return f"{self.scheme}://{host}:{self.http.port}/"
+        port = self.http.port if self.http is not None else self.port
+        return f"{'https' if self.tls else 'http'}://{host}:{port}/"
 
     def _changed(self, _event: WatchEvent) -> None:
         self.feed.poke()
 
     async def start(self) -> None:
+        context: ssl.SSLContext | None = None
+        if self.tls:
+            # the cluster proxy's CA and serving certificate: `tether kubeconfig` client
+            # certificates (and the hub's admin token) work here as they do on the proxy
+            pki = await proxy_app.load_pki(self.hub.host, create=True)
+            wildcard = self.address in ("", "0.0.0.0", "::")
+            sans = ("127.0.0.1", "localhost") + (() if wildcard else (self.address,))
+            context = proxy_app.serving_context(pki, tuple(dict.fromkeys(sans)))
+            await self.access.aclose()
+            self.access = DashboardAccess(self.hub.host, admin_token=pki.admin_token)
+        self.http = HttpServer(self.handle, host=self.address, port=self.port,
+                               ssl_context=context, server_header="tether-dashboard")
         await self.http.start()
 
     async def run(self) -> None:
@@ -159,7 +173,8 @@ class DashboardServer:
             group.create_task(self.feed.run())
 
     async def aclose(self) -> None:
-        await self.http.close(grace_s=1.0)
+        if self.http is not None:
+            await self.http.close(grace_s=1.0)
         await self.access.aclose()
 
     # the model from the hub's caches ------------------------------------------------------
