@@ -142,3 +142,16 @@ def test_review_asks_for_get_clusters() -> None:
     assert (attrs["verb"], attrs["resource"], attrs["group"]) == ("get", "clusters", "cluster.tether.io")
     assert "name" not in attrs and "subresource" not in attrs
     assert review["spec"]["user"] == "alice" and review["spec"]["uid"] == "u1"
+
+
+def test_dns_records_from_dnsendpoints() -> None:
+    endpoint = {"metadata": {"namespace": "web", "name": "app-service"},
+                "spec": {"endpoints": [
+                    {"dnsName": "app.web.fed.svc.example.com", "recordType": "A",
+                     "targets": ["10.0.0.2", "10.0.0.1"], "recordTTL": 300},
+                    {"dnsName": "app.web.fed.svc.eu.example.com", "targets": []}]}}
+    records = M.build(M.HubSnapshot(NOW, dns_endpoints=(endpoint,))).dns
+    assert [(r.dns_name, r.record_type, r.targets, r.ttl) for r in records] == [
+        ("app.web.fed.svc.eu.example.com", "A", (), None),
+        ("app.web.fed.svc.example.com", "A", ("10.0.0.1", "10.0.0.2"), 300)]
+    assert records[0].endpoint == "web/app-service"

@@ -2,7 +2,7 @@
 
 `HubSnapshot` is what the server copies out of the hub (Cluster and Work informers, the
 federated sources' informers, pull members' Leases, the health controller's latest probes, the
-tunnel server's counters, MirrorPolicies); `build(snapshot)` turns it into a `Dashboard` of
+tunnel server's counters, MirrorPolicies, the DNSEndpoints of KubeFed's multi-cluster DNS); `build(snapshot)` turns it into a `Dashboard` of
 frozen dataclasses that `to_json` serialises for the page. Timestamps are epoch seconds: the page
 computes ages against `now`, so a snapshot only changes when a fact does.
 """
@@ -68,6 +68,7 @@ class HubSnapshot:
     sources: tuple[SourceEntry, ...] = ()
     tunnel: TunnelFacts | None = None
     mirror_policies: tuple[Obj, ...] = ()
+    dns_endpoints: tuple[Obj, ...] = ()  # KubeFed's DNSEndpoints the hub wrote
 
 
 # the model ---------------------------------------------------------------------------------
@@ -155,6 +156,15 @@ class MeshPeerView:
 
 
 @dataclass(frozen=True)
+class DnsRecordView:
+    endpoint: str  # the DNSEndpoint, namespace/name
+    dns_name: str
+    record_type: str
+    targets: tuple[str, ...]
+    ttl: int | None
+
+
+@dataclass(frozen=True)
 class Dashboard:
     now_s: float
     clusters: tuple[ClusterView, ...]
@@ -162,6 +172,7 @@ class Dashboard:
     tunnel: TunnelView | None
     mirrors: tuple[MirrorView, ...]
     mesh: tuple[MeshPeerView, ...]
+    dns: tuple[DnsRecordView, ...] = ()
 
 
 def _condition(raw: Any) -> ConditionView:
@@ -253,6 +264,18 @@ def mesh_peers(clusters: Iterable[ClusterView]) -> tuple[MeshPeerView, ...]:
                  for c in clusters for cond in c.conditions if cond.type == MESH_READY)
 
 
+def dns_records(endpoint: Obj) -> list[DnsRecordView]:
+    meta = mapping(endpoint.get("metadata"))
+    where = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    out = []
+    for entry in items(nested(endpoint, "spec", "endpoints")):
+        e = mapping(entry)
+        out.append(DnsRecordView(where, str(e.get("dnsName") or ""), str(e.get("recordType") or "A"),
+                                 tuple(sorted(str(t) for t in items(e.get("targets")))),
+                                 _int_or_none(e.get("recordTTL"))))
+    return out
+
+
 def build(snapshot: HubSnapshot) -> Dashboard:
     clusters = tuple(sorted(
         (cluster_view(c, lease_s=snapshot.leases.get(name), probe=snapshot.probes.get(name))
@@ -268,7 +291,9 @@ def build(snapshot: HubSnapshot) -> Dashboard:
                             t.bytes_to_agents, t.bytes_from_agents, t.connects_refused,
                             tuple(sorted(t.dial_failures)))
     mirrors = tuple(sorted((mirror_view(p) for p in snapshot.mirror_policies), key=lambda m: m.name))
-    return Dashboard(snapshot.now_s, clusters, objects, tunnel, mirrors, mesh_peers(clusters))
+    dns = tuple(sorted((r for e in snapshot.dns_endpoints for r in dns_records(e)),
+                       key=lambda r: (r.dns_name, r.record_type, r.endpoint)))
+    return Dashboard(snapshot.now_s, clusters, objects, tunnel, mirrors, mesh_peers(clusters), dns)
 
 
 def to_data(model: Dashboard) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from tether.objects.times import seconds_of
 
 if TYPE_CHECKING:
     from tether.app.hub import Hub
+    from tether.tunnel.server import TunnelServer
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,22 @@ def _answer(outcome: cp.Answer) -> Response:
                     outcome.content_type)
 
 
+def tunnel_facts(server: TunnelServer) -> M.TunnelFacts:
+    """What the dashboard shows of a tunnel server, from its state and counters."""
+    counters = server.metrics.counters
+    data = counters.get("data_bytes_total", {})
+
+    def segment(name: str) -> int:
+        return int(sum(v for labels, v in data.items() if ("segment", name) in labels))
+
+    return M.TunnelFacts(
+        agents=tuple(server.agent_ids()), established=len(server.state.established),
+        pending_dials=len(server.state.pending), bytes_to_agents=segment("to_agent"),
+        bytes_from_agents=segment("from_agent"),
+        connects_refused=int(sum(counters.get("http_connect_refused_total", {}).values())),
+        dial_failures=tuple(sorted(server.state.failures.counts.items())))
+
+
 class DashboardServer:
     def __init__(self, hub: Hub, *, address: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  tls: bool = False) -> None:
@@ -191,7 +208,8 @@ class DashboardServer:
         return M.HubSnapshot(
             now_s=time.time(), clusters=tuple(hub.shared.clusters.list()), leases=leases,
             probes=probes, sources=tuple(self._sources()), tunnel=self._tunnel(),
-            mirror_policies=tuple(hub.mirror.policies.list()))
+            mirror_policies=tuple(hub.mirror.policies.list()),
+            dns_endpoints=tuple(hub.kubefed_dns.endpoints.list()))
 
     def snapshot_model(self) -> M.Dashboard:
         return M.build(self.snapshot())
@@ -233,20 +251,7 @@ class DashboardServer:
     def _tunnel(self) -> M.TunnelFacts | None:
         tunnel = self.hub.tunnel
         server = tunnel.server if tunnel is not None else None
-        if server is None:
-            return None
-        counters = server.metrics.counters
-        data = counters.get("data_bytes_total", {})
-
-        def segment(name: str) -> int:
-            return int(sum(v for labels, v in data.items() if ("segment", name) in labels))
-
-        return M.TunnelFacts(
-            agents=tuple(server.agent_ids()), established=len(server.state.established),
-            pending_dials=len(server.state.pending), bytes_to_agents=segment("to_agent"),
-            bytes_from_agents=segment("from_agent"),
-            connects_refused=int(sum(counters.get("http_connect_refused_total", {}).values())),
-            dial_failures=tuple(sorted(server.state.failures.counts.items())))
+        return tunnel_facts(server) if server is not None else None
 
     # HTTP ----------------------------------------------------------------------------------
 

@@ -134,6 +134,17 @@ function renderMesh(peers) {
     el("td", {}, p.cluster), el("td", {}, statusBadge(p.status, p.reason, p.message)), el("td", {}, p.message)))));
 }
 
+function renderDns(records) {
+  if (!records.length) {
+    $("dns-list").replaceChildren(el("p", { class: "empty" }, "No DNSEndpoint (KubeFed's ServiceDNSRecord / IngressDNSRecord)."));
+    return;
+  }
+  $("dns-list").replaceChildren(table(["Name", "Type", "Targets", "TTL", "DNSEndpoint"], records.map((r) =>
+    el("tr", { "data-dns": r.dns_name }, el("td", {}, r.dns_name), el("td", {}, r.record_type),
+      el("td", {}, r.targets.join(", ") || "-"), el("td", {}, r.ttl === null ? "-" : r.ttl),
+      el("td", {}, r.endpoint)))));
+}
+
 function render(model) {
   offset = model.now_s - Date.now() / 1000;
   renderClusters(model.clusters);
@@ -141,6 +152,7 @@ function render(model) {
   renderTunnel(model.tunnel);
   renderMirrors(model.mirrors);
   renderMesh(model.mesh);
+  renderDns(model.dns);
   $("updated").textContent = "updated " + new Date((model.now_s) * 1000).toLocaleTimeString();
   document.body.dataset.rendered = String(Number(document.body.dataset.rendered || "0") + 1);
 }
