@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tether.app.dashboard import model as M
-from tether.app.dashboard.server import Feed
+from tether.app.dashboard.server import Feed, event_stream
 
 CLUSTER = {"metadata": {"name": "m1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
 
@@ -51,3 +53,40 @@ async def test_a_failing_build_keeps_the_last_model() -> None:
     first = feed.current()
     feed.refresh()
     assert feed.current() is first and feed.version == 1
+
+
+async def test_event_stream_sends_changes_and_ends_when_the_right_is_revoked() -> None:
+    state = {"ready": "True"}
+
+    def build() -> M.Dashboard:
+        cluster = {**CLUSTER, "status": {"conditions": [{"type": "Ready", "status": state["ready"]}]}}
+        return M.build(M.HubSnapshot(1.0, clusters=(cluster,)))
+
+    feed = Feed(build)
+    now = {"t": 0.0}
+    allowed = {"yes": True, "asked": 0}
+
+    async def still_allowed() -> bool:
+        allowed["asked"] += 1
+        return allowed["yes"]
+
+    stream = event_stream(feed, still_allowed, keepalive_s=0.05, recheck_s=10.0,
+                          clock=lambda: now["t"])
+    assert await anext(stream) == b"retry: 2000\n\n"
+    first = await anext(stream)
+    assert first.startswith(b"id: 1\nevent: model\ndata: ") and b'"ready":"True"' in first
+    assert await anext(stream) == b": keepalive\n\n"  # nothing changed
+    state["ready"] = "False"
+    feed.refresh()
+    second = await anext(stream)
+    assert second.startswith(b"id: 2\n") and b'"ready":"False"' in second
+    assert allowed["asked"] == 0  # asked again only after recheck_s
+    now["t"] = 11.0
+    assert await anext(stream) == b": keepalive\n\n"  # the wait that was under way
+    assert await anext(stream) == b": keepalive\n\n"
+    assert allowed["asked"] == 1
+    allowed["yes"] = False
+    now["t"] = 22.0
+    assert await anext(stream) == b"event: unauthorized\ndata: {}\n\n"
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)

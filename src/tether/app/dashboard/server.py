@@ -22,7 +22,7 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 TICK_S = 2.0
 DEBOUNCE_S = 0.1  # a burst of informer events makes one snapshot
 KEEPALIVE_S = 15.0
+RECHECK_S = 60.0  # how long a viewer whose right was revoked may still get updates
 DEFAULT_PORT = 8090
 
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -263,7 +264,7 @@ class DashboardServer:
             return _answer(cp.failure(500, "InternalError", f"Internal error occurred: {exc}"))
 
     async def _handle(self, request: Request) -> Reply:
-        if request.method not in ("GET", "HEAD"):
+        if request.method != "GET":
             return _answer(cp.failure(405, "MethodNotAllowed",
                                       "the dashboard is read-only: only GET is served"))
         path = request.path
@@ -282,7 +283,12 @@ class DashboardServer:
         if path == "/api/model":
             return Response(200, M.to_json(self.feed.current()).encode(), list(SECURITY_HEADERS))
         if path == "/api/events":
-            return StreamResponse(200, self.events(), [*SECURITY_HEADERS, ("X-Accel-Buffering", "no")],
+            async def still_allowed() -> bool:
+                return not isinstance(await self.access.caller(request.peer_cert, request.headers),
+                                      cp.Answer)
+
+            return StreamResponse(200, event_stream(self.feed, still_allowed),
+                                  [*SECURITY_HEADERS, ("X-Accel-Buffering", "no")],
                                   content_type="text/event-stream; charset=utf-8")
         if path == "/api/whoami":
             body = {"username": who.username, "groups": list(who.groups), "via": who.via}
@@ -295,17 +301,28 @@ class DashboardServer:
             return _answer(cp.failure(404, "NotFound", f"no such asset: {name}"))
         return Response(200, found[0], list(SECURITY_HEADERS), found[1])
 
-    async def events(self) -> AsyncIterator[bytes]:
-        """Server-sent events: the model now, then again at each change."""
-        yield b"retry: 2000\n\n"
-        sent = -1
-        while True:
-            if self.feed.version != sent or self.feed.latest is None:
-                model = self.feed.current()
-                sent = self.feed.version
-                yield f"id: {sent}\nevent: model\ndata: {M.to_json(model)}\n\n".encode()
-            try:
-                async with asyncio.timeout(KEEPALIVE_S):
-                    await self.feed.wait_beyond(sent)
-            except TimeoutError:
-                yield b": keepalive\n\n"
+
+async def event_stream(feed: Feed, still_allowed: Callable[[], Awaitable[bool]], *,
+                       keepalive_s: float = KEEPALIVE_S, recheck_s: float = RECHECK_S,
+                       clock: Callable[[], float] = time.monotonic) -> AsyncIterator[bytes]:
+    """Server-sent events: the model now, then again at each change. The caller's right is
+    asked again every `recheck_s` (cached answers make that cheap), so a revoked viewer stops
+    getting updates: the stream ends with an `unauthorized` event."""
+    yield b"retry: 2000\n\n"
+    sent = -1
+    checked = clock()
+    while True:
+        if clock() - checked >= recheck_s:
+            if not await still_allowed():
+                yield b"event: unauthorized\ndata: {}\n\n"
+                return
+            checked = clock()
+        if feed.version != sent or feed.latest is None:
+            model = feed.current()
+            sent = feed.version
+            yield f"id: {sent}\nevent: model\ndata: {M.to_json(model)}\n\n".encode()
+        try:
+            async with asyncio.timeout(min(keepalive_s, recheck_s)):
+                await feed.wait_beyond(sent)
+        except TimeoutError:
+            yield b": keepalive\n\n"

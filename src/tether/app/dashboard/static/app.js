@@ -236,6 +236,7 @@ async function connect() {
           else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
         }
         if (event === "model" && data.length) render(JSON.parse(data.join("\n")));
+        if (event === "unauthorized") { controller.abort(); showLogin("The hub no longer lets you see this dashboard."); return; }
       }
     }
   } catch (err) {
