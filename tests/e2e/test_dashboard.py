@@ -90,15 +90,25 @@ def _dashboard_url(fleet: Fleet) -> str:
         time.sleep(0.1)
 
 
+def hub_args(first: Path, *extra: str) -> tuple[str, ...]:
+    return ("--dashboard-port", "0", "--tunnel-agent-port", "0", "--tunnel-frontend-port", "0",
+            "--tunnel-bind-address", "127.0.0.1", "--data-dir", str(first),
+            "--health-grace", "3", *extra)
+
+
 @pytest.fixture(scope="module")
 def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dash]:
+    """host + member1 (push, one data dir), member2 (push, its own data dir), member3 (pull:
+    `tether register` and its agent, through the hub's tunnel)."""
     first, second = tmp_path_factory.mktemp("dash"), tmp_path_factory.mktemp("dash-member2")
+    third, agents = tmp_path_factory.mktemp("dash-member3"), tmp_path_factory.mktemp("dash-agents")
     ok(tether("local", "up", "--data-dir", str(first), "--name", "host", "--name", "member1",
               timeout=180))
     fleet = Fleet(first, ("member1", "member2"), tmp_path_factory.mktemp("dash-cache"),
-                  hub_args=("--dashboard-port", "0"))
+                  hub_args=hub_args(first))
     try:
         ok(tether("local", "up", "--data-dir", str(second), "--name", "member2", timeout=180))
+        ok(tether("local", "up", "--data-dir", str(third), "--name", "member3", timeout=180))
         ok(tether("hub", "install", "--kubeconfig", str(fleet.kubeconfig), "--context", "host"))
         fleet.join("member1")
         ok(tether("join", "member2", "--cluster-context", "member2", "--cluster-kubeconfig",
@@ -111,12 +121,20 @@ def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dash]:
         nobody = fleet.kubectl("host", "create", "token", "nobody", "-n", "tether-system").stdout.strip()
         fleet.start_hub()
         fleet.wait_members_ready()
+        command = ok(tether("token", "create", "--ttl", "1h", "--print-register-command",
+                            "--kubeconfig", str(fleet.kubeconfig), "--host-context", "host",
+                            "--cluster-name", "member3")).strip().splitlines()[-1].split()
+        assert command[:2] == ["tether", "register"], command
+        ok(tether(*command[1:], "--kubeconfig", str(third / "kubeconfig"), "--context", "member3",
+                  "--data-dir", str(agents), "--period", "0.5"))
         yield Dash(fleet, second, _dashboard_url(fleet), token, nobody)
         assert not fleet.tracebacks(), fleet.tracebacks()
     finally:
         try:
+            tether("agent", "stop", "--cluster-name", "member3", "--data-dir", str(agents))
             fleet.stop_hub()
         finally:
+            tether("local", "down", "--data-dir", str(third))
             tether("local", "down", "--data-dir", str(second))
             tether("local", "down", "--data-dir", str(first))
 
@@ -157,10 +175,28 @@ def test_api_needs_a_caller_allowed_to_get_clusters(dash: Dash) -> None:
     assert "system:serviceaccount:tether-system:nobody" in refused.json()["message"]
     allowed = httpx.get(api, headers={"Authorization": f"Bearer {dash.token}"}, timeout=30)
     assert allowed.status_code == 200
-    assert {c["name"] for c in allowed.json()["clusters"]} == {"member1", "member2"}
+    assert {c["name"] for c in allowed.json()["clusters"]} == {"member1", "member2", "member3"}
     assert allowed.headers["content-security-policy"].startswith("default-src 'none'")
     written = httpx.post(api, headers={"Authorization": f"Bearer {dash.token}"}, timeout=30)
     assert written.status_code == 405  # read-only
+
+
+def test_pull_member_heartbeat_and_tunnel(dash: Dash) -> None:
+    """member3's heartbeat comes from its Lease, its agent shows in the tunnel section."""
+    headers = {"Authorization": f"Bearer {dash.token}"}
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        model = httpx.get(dash.url + "api/model", headers=headers, timeout=30).json()
+        member3 = next((c for c in model["clusters"] if c["name"] == "member3"), None)
+        tunnel = model["tunnel"] or {}
+        if (member3 is not None and member3["ready"] == "True" and member3["heartbeat_kind"] == "lease"
+                and "member3" in tunnel.get("agents", [])):
+            break
+        assert time.monotonic() < deadline, json.dumps(model)[:3000]
+        time.sleep(0.5)
+    assert member3["mode"] == "Pull" and member3["heartbeat_s"] is not None
+    assert abs(member3["heartbeat_s"] - model["now_s"]) < 60  # a fresh Lease, on the hub's clock
+    assert member3["nodes_total"] >= 1 and member3["version"]
 
 
 def test_dashboard_in_chromium(dash: Dash, browser: WebDriver) -> None:
@@ -250,7 +286,7 @@ def test_client_certificate_over_tls(dash: Dash, tmp_path: Path) -> None:
     fleet.kubectl("host", "create", "clusterrolebinding", "dashboard-viewer-cert",
                   "--clusterrole=tether-dashboard-viewer", "--user=viewer-cert")
     fleet.stop_hub()
-    fleet.hub_args = ("--dashboard-port", "0", "--dashboard-tls")
+    fleet.hub_args = hub_args(fleet.data_dir, "--dashboard-tls")
     fleet.start_hub()
     url = _dashboard_url(fleet)
     assert url.startswith("https://127.0.0.1:")
@@ -264,7 +300,7 @@ def test_client_certificate_over_tls(dash: Dash, tmp_path: Path) -> None:
             time.sleep(0.5)
         assert answer.json()["username"] == "viewer-cert" and answer.json()["via"] == "certificate"
         names = {c["name"] for c in client.get(url + "api/model").json()["clusters"]}
-        assert names == {"member1", "member2"}
+        assert names == {"member1", "member2", "member3"}
     with httpx.Client(verify=stranger, timeout=30) as client:
         refused = client.get(url + "api/model")
         assert refused.status_code == 403 and "stranger-cert" in refused.json()["message"]
