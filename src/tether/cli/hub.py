@@ -140,6 +140,7 @@ def run(
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
 
     from tether.app import hub as hub_app
+    from tether.app.clusterproxy import ProxySetupError
     from tether.app.hubconfig import HubConfig
     from tether.federation.health import HealthTimers
     from tether.tunnel.destinations import DestinationError, parse_patterns
@@ -192,7 +193,7 @@ def run(
     except OSError as exc:
         console.print(f"[red]error:[/red] {port_in_use(exc, ports) or exc}", highlight=False)
         code = 1
-    except (KubeError, KubeconfigError) as exc:
+    except (KubeError, KubeconfigError, ProxySetupError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         code = 1
     # The hub's own shutdown is bounded (`shutdown_s`); what is left can only be a thread of the
