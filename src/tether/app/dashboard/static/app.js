@@ -266,5 +266,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("token").addEventListener("keydown", (e) => { if (e.key === "Enter") signIn(); });
   $("signout").addEventListener("click", signOut);
   setInterval(tickAges, 1000);
+  if (sessionStorage.getItem(TOKEN_KEY)) $("login").hidden = true; // no sign-in flash on reload
   connect();
 });
