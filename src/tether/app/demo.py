@@ -12,7 +12,10 @@
 5. Karmada: a plain Deployment of 6 replicas and a PropagationPolicy dividing them 2:1 applied on
    the hub: `cluster` runs 4, `cluster1` 2, and the hub's own `kubectl get deploy` shows the sum,
    6/6 ready, with no pod on the hub.
-6. Connect (`demo_connect`): a Service of `cluster` mirrored into `cluster1` by the hub's
+6. Reach (`demo_pull`): `edge` registers itself with a bootstrap token (pull mode), its agent
+   applies what the hub assigns it, and its pods are listed through the hub's cluster proxy and
+   the agent's tunnel.
+7. Connect (`demo_connect`): a Service of `cluster` mirrored into `cluster1` by the hub's
    `MirrorPolicy`, with the other cluster's pod addresses as endpoints, and asked over HTTP
    through the mirror's ClusterIP.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,10 +37,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tether.app import demo_connect
+from tether.app import clusterproxy as proxy_app
+from tether.app import demo_connect, demo_pull
 from tether.app.hub import Hub
 from tether.app.hubconfig import HubConfig
-from tether.federation import install, registry
+from tether.federation import bootstrap, install, registry
 from tether.federation.health import HealthTimers
 from tether.kube import KubeClient, KubeError, NotFound
 from tether.local import roles, supervisor
@@ -44,16 +49,16 @@ from tether.objects import Obj
 
 HOST = "hub"
 MEMBERS = ("cluster", "cluster1")
-DEMO_CLUSTERS = (HOST, *MEMBERS)
+DEMO_CLUSTERS = (HOST, *MEMBERS, demo_pull.MEMBER)
 NAMESPACE = "test-namespace"
 DEPLOYMENT = "test-deployment"
 FIELD_MANAGER = "tether-demo"
 PROPAGATION_WAIT_S = 90.0
 
-# The seed (002_…) creates the namespace on the host with `kubectl create ns test-namespace`.
+# KubeFed's quick start creates the namespace on the host with `kubectl create ns test-namespace`.
 HOST_NAMESPACE: Obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
 
-# The seed's federatednamespace.yml, unchanged.
+# KubeFed's quick-start federatednamespace.yml, unchanged.
 FEDERATED_NAMESPACE: Obj = {
     "apiVersion": "types.kubefed.io/v1beta1",
     "kind": "FederatedNamespace",
@@ -61,7 +66,7 @@ FEDERATED_NAMESPACE: Obj = {
     "spec": {"placement": {"clusters": [{"name": "cluster"}, {"name": "cluster1"}]}},
 }
 
-# The seed's FederatedDeployment. Its blog copy mis-indents `name: nginx` under `- image:`
+# The quick start's FederatedDeployment. Its blog copy mis-indents `name: nginx` under `- image:`
 # (not valid YAML); this is the manifest it means, otherwise unchanged.
 FEDERATED_DEPLOYMENT: Obj = {
     "apiVersion": "types.kubefed.io/v1beta1",
@@ -92,7 +97,7 @@ FEDERATED_DEPLOYMENT: Obj = {
     },
 }
 
-# What the seed says happens: cluster → 5 x nginx:1.14.0-alpine, cluster1 → 3 x nginx:1.17.
+# What the quick start says happens: cluster → 5 x nginx:1.14.0-alpine, cluster1 → 3 x nginx:1.17.
 EXPECTED: Mapping[str, tuple[int, str]] = {"cluster": (5, "nginx:1.14.0-alpine"), "cluster1": (3, "nginx:1.17")}
 
 # Karmada: a plain Deployment on the hub and a policy dividing its replicas by weight 2:1.
@@ -147,13 +152,21 @@ class MemberResult:
 
 
 @contextlib.asynccontextmanager
-async def running_hub(kubeconfig: Path) -> AsyncIterator[None]:
+async def running_hub(kubeconfig: Path, data_dir: Path) -> AsyncIterator[None]:
     """Run the hub's controllers in this process for the block, with short health timers so
-    fresh members turn Ready quickly."""
+    fresh members turn Ready quickly; also its tunnel server (pull members' agents dial it) and
+    its cluster proxy, each on a free port of 127.0.0.1."""
     timers = HealthTimers(period_s=1.0, failure_threshold_s=3.0, success_threshold_s=1.0,
                           grace_period_s=10.0, startup_grace_period_s=10.0, probe_timeout_s=2.0)
+    config = HubConfig(kubeconfig=kubeconfig, context=HOST, health=timers, data_dir=data_dir,
+                       tunnel_agent_port=0, tunnel_frontend_port=0, tunnel_bind_address="127.0.0.1")
     async with KubeClient.from_kubeconfig(kubeconfig, HOST) as client:
-        hub = Hub(client, HubConfig(kubeconfig=kubeconfig, context=HOST, health=timers))
+        hub = Hub(client, config)
+        if hub.tunnel is not None:
+            await hub.tunnel.start()
+        proxy = await proxy_app.open_proxy(
+            client, proxy_app.ProxyConfig(kubeconfig=kubeconfig, context=HOST, port=0),
+            cluster_source=lambda name: hub.shared.clusters.get(None, name))
         task = asyncio.create_task(hub.run())
         try:
             await asyncio.sleep(0.1)
@@ -164,6 +177,7 @@ async def running_hub(kubeconfig: Path) -> AsyncIterator[None]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await proxy.aclose()
 
 
 # steps ---------------------------------------------------------------------------------------
@@ -204,7 +218,7 @@ async def join_members(host: KubeClient, kubeconfig: Path) -> list[registry.Join
     return results
 
 
-async def apply_seed(host: KubeClient) -> list[str]:
+async def apply_kubefed(host: KubeClient) -> list[str]:
     applied = []
     for obj in (HOST_NAMESPACE, FEDERATED_NAMESPACE, FEDERATED_DEPLOYMENT):
         out = await host.apply(obj, field_manager=FIELD_MANAGER)
@@ -316,9 +330,12 @@ def clusters_table(clusters: Sequence[Mapping[str, Any]], joins: Sequence[regist
     for cluster in clusters:
         name = cluster["metadata"]["name"]
         join = by_name.get(name)
-        table.add_row(name, (cluster.get("spec") or {}).get("apiEndpoint", ""),
-                      (cluster.get("spec") or {}).get("syncMode", ""),
-                      "already joined" if join is not None and join.already_joined else "joined")
+        mode = (cluster.get("spec") or {}).get("syncMode", "")
+        if join is None:
+            how = "registered itself" if mode == "Pull" else "joined before"
+        else:
+            how = "already joined" if join.already_joined else "joined"
+        table.add_row(name, (cluster.get("spec") or {}).get("apiEndpoint", ""), mode, how)
     return table
 
 
@@ -376,8 +393,14 @@ def print_connect(console: Console, result: demo_connect.ConnectResult) -> None:
                   f"{', '.join(result.endpoints) or 'none'} are the pods of cluster's Service "
                   f"{demo_connect.NAMESPACE}/{demo_connect.SERVICE} "
                   f"({', '.join(result.source_ips) or 'none ready'})")
+    if result.resolved:
+        console.print(f"cluster1's DNS server ({result.dns_server}) answers {demo_connect.MIRROR_DNS_NAME} "
+                      f"with {', '.join(result.resolved)}: pods in cluster1 find the mirror by name")
+    else:
+        console.print(f"[red]cluster1's DNS server ({result.dns_server or 'not found'}) did not answer "
+                      f"{demo_connect.MIRROR_DNS_NAME}[/red]")
     if result.ok:
-        console.print(f"[green]as expected[/green]: http://{result.cluster_ip}:{demo_connect.PORT}/ "
+        console.print(f"[green]as expected[/green]: http://{demo_connect.MIRROR_DNS_NAME}:{demo_connect.PORT}/ "
                       f"in cluster1 is answered by a pod of cluster: {result.answer}")
     else:
         console.print(f"[red]the mirror did not answer within {PROPAGATION_WAIT_S:.0f}s[/red]")
@@ -398,7 +421,7 @@ def cluster_words(state: Mapping[str, Any]) -> str:
 def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> list[str]:
     lines = [
         f"export KUBECONFIG={layout.kubeconfig}",
-        "kubectl config get-contexts                # hub, cluster, cluster1",
+        "kubectl config get-contexts                # hub, cluster, cluster1, edge",
         "tether clusters --context hub",
         f"tether get deployments -n {NAMESPACE} --context hub -o wide",
         f"tether describe deployment/{DEPLOYMENT} -n {NAMESPACE} --context hub -C cluster",
@@ -407,6 +430,7 @@ def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> l
         f"kubectl --context hub -n {KARMADA_NAMESPACE} get deploy,pods   # 6/6 ready: the members' sum; "
         "no pods",
         f"tether status deployment/{KARMADA_DEPLOYMENT} -n {KARMADA_NAMESPACE} --context hub",
+        f"kubectl --context hub get clusters   # {demo_pull.MEMBER} is Pull: it registered itself",
         f"kubectl --context cluster1 -n {demo_connect.MIRROR_NAMESPACE} get svc,endpointslices"
         "   # the mirror of cluster's hello",
     ]
@@ -421,7 +445,7 @@ def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> l
 
 
 async def _demo(layout: supervisor.Layout, console: Console
-                ) -> tuple[list[MemberResult], KarmadaResult, demo_connect.ConnectResult, bool]:
+                ) -> tuple[list[MemberResult], KarmadaResult, demo_pull.PullResult, demo_connect.ConnectResult, bool]:
     kubeconfig = layout.kubeconfig
     async with KubeClient.from_kubeconfig(kubeconfig, HOST) as host:
         with console.status("installing the hub on `hub`"):
@@ -430,9 +454,9 @@ async def _demo(layout: supervisor.Layout, console: Console
         with console.status("joining cluster and cluster1 (push mode)"):
             joins = await join_members(host, kubeconfig)
         console.print(clusters_table(await registry.list_clusters(host), joins))
-        async with running_hub(kubeconfig):
+        async with running_hub(kubeconfig, layout.root), contextlib.AsyncExitStack() as stack:
             console.print("[green]hub controllers running[/green] in this process")
-            applied = await apply_seed(host)
+            applied = await apply_kubefed(host)
             console.print("applied on the hub (KubeFed manifests): " + ", ".join(applied))
             with console.status("waiting for each member to run its deployment"):
                 results = await wait_propagated(kubeconfig)
@@ -456,6 +480,9 @@ async def _demo(layout: supervisor.Layout, console: Console
                 console.print(f"[red]the Karmada deployment did not finish within "
                               f"{PROPAGATION_WAIT_S:.0f}s[/red]: `tether status deployment/"
                               f"{KARMADA_DEPLOYMENT} -n {KARMADA_NAMESPACE}` says why")
+            agent = contextlib.AsyncExitStack()  # the pull agent runs until the demo ends
+            await stack.enter_async_context(agent)
+            pull = await reach_step(host, layout, console, agent)
             applied = await demo_connect.apply_connect(host, kubeconfig)
             console.print("Connect: a Service in cluster, mirrored into cluster1 by the hub: "
                           + ", ".join(applied))
@@ -463,11 +490,52 @@ async def _demo(layout: supervisor.Layout, console: Console
                                 "cluster's pods"):
                 connect = await demo_connect.wait_connect(kubeconfig, PROPAGATION_WAIT_S)
             print_connect(console, connect)
-    return results, karmada, connect, True
+    return results, karmada, pull, connect, True
+
+
+async def reach_step(host: KubeClient, layout: supervisor.Layout, console: Console,
+                     agent: contextlib.AsyncExitStack) -> demo_pull.PullResult:
+    member = demo_pull.MEMBER
+    console.print(f"Reach: `{member}` stands for a cluster behind NAT that nothing can dial into; "
+                  "it registers itself with the hub (pull mode)")
+    with console.status(f"registering {member} with a bootstrap token"):
+        registered = await demo_pull.register(host, layout.kubeconfig, layout.root)
+    agent_address, proxy_url = await demo_pull.published_tunnel(host)
+    if not registered.fresh:
+        await demo_pull.point_at_tunnel(host, proxy_url)
+    console.print(f"{member} {'registered' if registered.fresh else 'was registered by an earlier run'}; "
+                  f"its agent runs next to it, applies what the hub assigns it, and keeps a tunnel "
+                  f"open to the hub ({agent_address})")
+    await agent.enter_async_context(demo_pull.running_agent(registered, agent_address))
+    applied = await demo_pull.apply_objects(host)
+    console.print(f"applied on the hub (for {member} only): " + ", ".join(applied))
+    with console.status(f"waiting for {member}'s pods, listed through the hub's cluster proxy"):
+        result = await demo_pull.wait_pull(host, layout.root, PROPAGATION_WAIT_S)
+    print_pull(console, result)
+    return result
+
+
+def print_pull(console: Console, result: demo_pull.PullResult) -> None:
+    member = demo_pull.MEMBER
+    console.print(f"Cluster {member}: mode {result.mode or '?'}, Ready {result.ready or '?'}")
+    if result.ok:
+        console.print(f"[green]as expected[/green]: {len(result.pods)} pods of "
+                      f"{demo_pull.NAMESPACE}/{demo_pull.DEPLOYMENT} run in {member} "
+                      f"({', '.join(result.pods)}), listed through the hub's cluster proxy "
+                      f"({result.proxy_server}) and {member}'s tunnel")
+    else:
+        console.print(f"[red]{member} did not get there within {PROPAGATION_WAIT_S:.0f}s[/red]: "
+                      f"`tether clusters --context hub` and `tether status deployment/"
+                      f"{demo_pull.DEPLOYMENT} -n {demo_pull.NAMESPACE} --context hub` say why")
 
 
 def run(data_dir: Path, console: Console) -> int:
     layout = supervisor.Layout(data_dir)
+    # Controllers log retries (a member still starting, a tunnel not yet up) as warnings: into
+    # a file, so the demo's own lines stay readable; the closing message says where.
+    data_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=data_dir / "demo.log", level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     try:
         state = ensure_clusters(layout, console)
     except (DemoError, supervisor.LocalError) as exc:
@@ -475,14 +543,16 @@ def run(data_dir: Path, console: Console) -> int:
         return 1
     console.print(f"[green]local clusters running[/green]: {cluster_words(state)} (data in {data_dir})")
     try:
-        results, karmada, connect, propagated = asyncio.run(_demo(layout, console))
-    except (KubeError, registry.RegistryError, TimeoutError) as exc:
+        results, karmada, pull, connect, propagated = asyncio.run(_demo(layout, console))
+    except (KubeError, registry.RegistryError, bootstrap.BootstrapError, TimeoutError,
+            proxy_app.ProxySetupError) as exc:
         console.print(f"[red]error:[/red] {exc}")
-        console.print(f"the demo is safe to run again; logs: {layout.log}")
+        console.print(f"the demo is safe to run again; logs: {data_dir / 'demo.log'}, {layout.log}")
         return 1
     kubefed_ok = all(r.matches(EXPECTED[r.cluster]) for r in results)
     console.print("\nTry it:")
     for line in next_steps(layout, data_dir, propagated):
         console.print(f"  {line}", soft_wrap=True, highlight=False)
-    console.print(f"Stop with: tether local down --data-dir {data_dir}", soft_wrap=True, highlight=False)
-    return 0 if not propagated or (kubefed_ok and karmada.ok and connect.ok) else 1
+    console.print(f"Stop with: tether local down --data-dir {data_dir}   (this run's log: {data_dir / 'demo.log'})",
+                  soft_wrap=True, highlight=False)
+    return 0 if not propagated or (kubefed_ok and karmada.ok and pull.ok and connect.ok) else 1

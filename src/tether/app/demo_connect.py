@@ -3,14 +3,16 @@
 A `hello` Service (2 echo-server pods) runs in member `cluster`, labelled for mirroring as
 Semaphore users label theirs; a `MirrorPolicy` on the hub makes every member mirror every other,
 so `cluster1` gets `cluster-connect-demo-73736d-hello` in `tether-mirrors`, whose endpoints are
-the pod addresses in `cluster`. The step then asks the mirror's ClusterIP over HTTP from this
-machine and shows which pod of the other cluster answered.
+the pod addresses in `cluster`. The step then asks `cluster1`'s own DNS server (its `kube-dns`
+Service) for the mirror's name, as a pod of `cluster1` would, asks the address it gets over HTTP
+from this machine, and shows which pod of the other cluster answered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -19,6 +21,8 @@ from pathlib import Path
 
 from tether.connect.names import mirror_name
 from tether.kube import KubeClient, NotFound
+from tether.net import dnsclient
+from tether.net import dnswire as wire
 from tether.objects import Obj
 
 SOURCE, TARGET = "cluster", "cluster1"
@@ -31,6 +35,8 @@ PORT = 80
 FIELD_MANAGER = "tether-demo"
 ANSWER_TIMEOUT_S = 5.0
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MIRROR_DNS_NAME = f"{MIRROR}.{MIRROR_NAMESPACE}.svc.cluster.local"
+DNS_SERVICE = ("kube-system", "kube-dns")
 
 _LABELS = {"app": SERVICE}
 SOURCE_OBJECTS: tuple[Obj, ...] = (
@@ -61,6 +67,8 @@ class ConnectResult:
     cluster_ip: str = ""  # the mirror Service's, in TARGET
     endpoints: tuple[str, ...] = ()  # the mirror's EndpointSlice addresses, in TARGET
     answer: str = ""  # who answered through the mirror's ClusterIP: "pod (IP) on node"
+    dns_server: str = ""  # TARGET's cluster DNS address
+    resolved: tuple[str, ...] = ()  # what it answered for MIRROR_DNS_NAME
 
     @property
     def mirrored(self) -> bool:
@@ -69,7 +77,7 @@ class ConnectResult:
 
     @property
     def ok(self) -> bool:
-        return self.mirrored and bool(self.answer)
+        return self.mirrored and bool(self.answer) and self.resolved == (self.cluster_ip,)
 
 
 async def apply_connect(host: KubeClient, kubeconfig: Path) -> list[str]:
@@ -104,9 +112,21 @@ async def connect_result(kubeconfig: Path) -> ConnectResult:
         except NotFound:
             return ConnectResult(_ready_addresses(source_slices, SERVICE))
         slices = await target.list_objects("discovery.k8s.io/v1", "EndpointSlice", MIRROR_NAMESPACE)
+        dns = await target.get_or_none("v1", "Service", DNS_SERVICE[1], DNS_SERVICE[0])
     return ConnectResult(_ready_addresses(source_slices, SERVICE),
                          str((mirror.get("spec") or {}).get("clusterIP") or ""),
-                         _ready_addresses(slices, MIRROR))
+                         _ready_addresses(slices, MIRROR),
+                         dns_server=str(((dns or {}).get("spec") or {}).get("clusterIP") or ""))
+
+
+async def resolve(server: str, name: str, timeout_s: float = ANSWER_TIMEOUT_S) -> tuple[str, ...]:
+    """The A records `server` (port 53) gives for `name`; () when it does not answer."""
+    query = wire.make_query(0x7E1E, name, wire.TYPE_A)
+    try:
+        answer = wire.parse_message(await dnsclient.exchange(query, [(server, 53)], timeout_s=timeout_s))
+    except (dnsclient.DnsClientError, wire.DnsFormatError):
+        return ()
+    return tuple(sorted(r.rdata.address for r in answer.answers if isinstance(r.rdata, wire.A)))
 
 
 async def http_get(host: str, port: int, timeout_s: float = ANSWER_TIMEOUT_S) -> str:
@@ -140,9 +160,10 @@ async def wait_connect(kubeconfig: Path, timeout_s: float) -> ConnectResult:
     deadline = time.monotonic() + timeout_s
     while True:
         result = await connect_result(kubeconfig)
-        if result.mirrored:
-            answer = await http_get(result.cluster_ip, PORT)
-            result = ConnectResult(result.source_ips, result.cluster_ip, result.endpoints, answer)
+        if result.mirrored and result.dns_server:
+            resolved = await resolve(result.dns_server, MIRROR_DNS_NAME)
+            answer = await http_get(resolved[0], PORT) if resolved else ""
+            result = dataclasses.replace(result, answer=answer, resolved=resolved)
         if result.ok or time.monotonic() >= deadline:
             return result
         await asyncio.sleep(0.5)

@@ -7,7 +7,8 @@ executor, the registry controller (decides pull members' registration requests),
 mirror between members (`MirrorPolicy`, `hub_mirror`), the KubeFedCluster views of the Clusters,
 with `clusterset` set the MCS controller (`hub_mcs`: ServiceExports in members become
 ServiceImports in all), KubeFed's multi-cluster DNS (`hub_kubefeddns`: ServiceDNSRecords and
-IngressDNSRecords become DNSEndpoints), and a small HTTP server on 127.0.0.1
+IngressDNSRecords become DNSEndpoints), with `mesh_root` set the WireGuard mesh between the
+registered `--netns` local clusters under it (`hub_mesh`), and a small HTTP server on 127.0.0.1
 with `/healthz` (the process is alive), `/readyz` (every informer has synced) and `/metrics`
 (Prometheus text). SIGTERM/SIGINT stop it within `shutdown_s`.
 
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tether.app import clusterproxy as proxy_app
-from tether.app import hub_kubefeddns, hub_mcs, hub_mirror
+from tether.app import hub_kubefeddns, hub_mcs, hub_mesh, hub_mirror
 from tether.app.gcpacing import GcPacing
 from tether.app.hubconfig import HubConfig
 from tether.app.signals import run_until_signal
@@ -79,6 +80,8 @@ class Hub:
         self.shared.cluster_handlers.append(self.kubefed_clusters.on_cluster)
         self.mcs = hub_mcs.build(self, config.clusterset) if config.clusterset else None  # the MCS API
         self.kubefed_dns = hub_kubefeddns.build(self)  # ServiceDNSRecord/IngressDNSRecord -> DNSEndpoint
+        # the WireGuard mesh between registered --netns local clusters
+        self.mesh = hub_mesh.build(self, config.mesh_root) if config.mesh_root is not None else None
         self.metrics.gauges["tether_clusters_ready"] = self._clusters_ready
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
@@ -153,6 +156,8 @@ class Hub:
                 if self.mcs is not None:
                     group.create_task(self.mcs.run())
                 group.create_task(self.kubefed_dns.run())
+                if self.mesh is not None:
+                    group.create_task(self.mesh.run())
                 if self.dashboard is not None:
                     group.create_task(self.dashboard.run())
         finally:

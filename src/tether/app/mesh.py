@@ -41,6 +41,27 @@ UNMANAGED_LABEL = "mesh.tether.io/managed"
 HUB_EVERY = 5  # rounds between MeshReady reports to the hub
 
 
+async def write_mesh_ready(hub: KubeClient, name: str, status: str, reason: str, message: str, now: float) -> None:
+    """`MeshReady` on the hub's Cluster `name` (skipped when the hub has no such Cluster), written
+    only when it changes; its transition time moves only when the status does."""
+    try:
+        cluster = await hub.get_or_none(CLUSTER_API_VERSION, "Cluster", name)
+        if cluster is None:
+            return
+        current_status = cluster.get("status") or {}
+        current = find_condition(current_status, MESH_READY)
+        wanted = Condition(MESH_READY, status, reason, message, now)
+        if wanted.same(current):
+            return
+        if current is not None and current.status == wanted.status:
+            wanted = Condition(MESH_READY, status, reason, message, current.last_transition_s)
+        conditions = with_condition(current_status.get("conditions") or [], wanted)
+        await hub.patch(CLUSTER_API_VERSION, "Cluster", name, {"status": {"conditions": conditions}},
+                        subresource="status")
+    except KubeError as exc:
+        log.warning("mesh: could not report %s's mesh to the hub: %s", name, exc)
+
+
 class MeshLocalError(Exception):
     """The named clusters cannot be meshed (not netns, not up, overlapping pod ranges)."""
 
@@ -54,6 +75,7 @@ class LocalMesh:
     managers: dict[tuple[str, str], MeshManager] = field(default_factory=dict)
     tasks: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     hub: KubeClient | None = None  # set: a MeshReady condition on the hub's Cluster of each cluster
+    own_hub: bool = True  # close `hub` with the rest (False: the hub process's own client)
 
     def load(self) -> None:
         if len(self.names) < 2:
@@ -169,23 +191,7 @@ class LocalMesh:
         now = time.time()
         for name, devices in toward.items():
             verdict = mesh_verdict(name, devices, now)
-            try:
-                cluster = await self.hub.get_or_none(CLUSTER_API_VERSION, "Cluster", name)
-                if cluster is None:
-                    continue
-                status = cluster.get("status") or {}
-                current = find_condition(status, MESH_READY)
-                wanted = Condition(MESH_READY, verdict.status, verdict.reason, verdict.message, now)
-                if wanted.same(current):
-                    continue
-                if current is not None and current.status == wanted.status:
-                    wanted = Condition(MESH_READY, verdict.status, verdict.reason, verdict.message,
-                                       current.last_transition_s)
-                conditions = with_condition(status.get("conditions") or [], wanted)
-                await self.hub.patch(CLUSTER_API_VERSION, "Cluster", name, {"status": {"conditions": conditions}},
-                                     subresource="status")
-            except KubeError as exc:
-                log.warning("mesh: could not report %s's mesh to the hub: %s", name, exc)
+            await write_mesh_ready(self.hub, name, verdict.status, verdict.reason, verdict.message, now)
 
     async def cleanup(self) -> None:
         """Remove every interface, route and annotation the mesh made, and the node underlay."""
@@ -201,5 +207,5 @@ class LocalMesh:
             await underlay.leave_nodes(self.networks[a], self.networks[b])
 
     async def close(self) -> None:
-        for client in [*self.clients.values(), *([self.hub] if self.hub else [])]:
+        for client in [*self.clients.values(), *([self.hub] if self.hub and self.own_hub else [])]:
             await client.close()

@@ -122,6 +122,9 @@ def run(
     clusterset: Annotated[str | None, typer.Option(
         "--clusterset", help="Run the MCS API (ServiceExport/ServiceImport) across the Ready members as this "
         "clusterset: installs the MCS CRDs and ClusterProperties in each member")] = None,
+    mesh: Annotated[bool, typer.Option(
+        "--mesh", help="Mesh the registered Clusters that are --netns local clusters of --data-dir with "
+        "WireGuard (what `tether mesh local` does), with a MeshReady condition on each; needs root")] = False,
     dashboard_port: Annotated[int | None, typer.Option(
         "--dashboard-port", help="Serve the read-only web dashboard on this port (0 picks one; "
         "8090 in the hub manifests); see docs/dashboard.md")] = None,
@@ -183,8 +186,9 @@ def run(
                                failover=FailoverSettings(
                                    enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
                                    graceful_timeout_s=graceful_eviction_timeout),
-                               clusterset=clusterset, dashboard_port=dashboard_port,
-                               dashboard_address=dashboard_address, dashboard_tls=dashboard_tls)
+                               clusterset=clusterset, mesh_root=state_root(data_dir) if mesh else None,
+                               dashboard_port=dashboard_port, dashboard_address=dashboard_address,
+                               dashboard_tls=dashboard_tls)
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
              "--dashboard-port": dashboard_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}

@@ -16,6 +16,7 @@ from tether.cli import (
     dns,
     fed,
     hub,
+    intercept,
     local,
     mcs,
     mesh,
@@ -47,6 +48,7 @@ proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
 connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
 bridge.register(app)  # env, volumes: a workload's environment and files here
+intercept.register(app)  # intercept, leave, bridge router|reset|intercepts: cluster traffic here
 dns.register(app)  # dns: clusterset.local and Semaphore's names, forwarding the rest
 
 

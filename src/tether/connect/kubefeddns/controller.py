@@ -19,6 +19,7 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from tether.connect.fleetwatch import FleetWatcher
 from tether.connect.kubefeddns import records as R
 from tether.connect.kubefeddns.crds import multicluster_dns_crds
 from tether.engine import Engine
@@ -52,11 +53,18 @@ class _Member:
     member: Member
     client: KubeClient
     informers: dict[str, Informer] = field(default_factory=dict)
-    task: asyncio.Task[None] | None = None
 
     @property
     def synced(self) -> bool:
         return bool(self.informers) and all(i.synced for i in self.informers.values())
+
+
+def _refresh(state: _Member, member: Member) -> bool:
+    """Same credentials: only the zones and region of the member may have changed."""
+    if state.member.view == member.view:
+        return False
+    state.member = member
+    return True
 
 
 def _resolve(hostname: str) -> list[str]:
@@ -79,9 +87,11 @@ class KubeFedDnsController:
         self.members = members
         self.crds = crds if crds is not None else multicluster_dns_crds()
         self.engine: Engine[Key] = Engine("kubefed-dns", self._reconcile, workers=2)
-        self.states: dict[str, _Member] = {}
-        self._changed = asyncio.Event()
-        self._group: asyncio.TaskGroup | None = None
+        self.fleet: FleetWatcher[Member, _Member] = FleetWatcher(
+            "kubefed dns", self.members, name=lambda m: m.view.name, credentials=lambda m: m.credentials,
+            join=self._join, serve=self._run_member, refresh=_refresh, changed=self._enqueue_all,
+            recheck_s=MEMBERS_RECHECK_S)
+        self.states: dict[str, _Member] = self.fleet.states
 
         def hub(kind: str, key: str) -> Informer:
             return Informer(host, R.API_VERSION, kind, transform=strip_managed_fields,
@@ -93,22 +103,15 @@ class KubeFedDnsController:
         self.endpoints = hub("DNSEndpoint", "endpoint")
 
     def members_changed(self) -> None:
-        self._changed.set()
+        self.fleet.members_changed()
 
     async def run(self) -> None:
         await self._ensure_crds()
-        try:
-            async with asyncio.TaskGroup() as group:
-                self._group = group
-                for informer in (self.domains, self.service_records, self.ingress_records, self.endpoints):
-                    group.create_task(informer.run())
-                group.create_task(self.engine.run())
-                group.create_task(self._watch_members())
-        finally:
-            for state in self.states.values():
-                if state.task is not None:
-                    state.task.cancel()
-            await asyncio.gather(*(s.client.close() for s in self.states.values()), return_exceptions=True)
+        async with asyncio.TaskGroup() as group:
+            for informer in (self.domains, self.service_records, self.ingress_records, self.endpoints):
+                group.create_task(informer.run())
+            group.create_task(self.engine.run())
+            group.create_task(self.fleet.run())
 
     async def _ensure_crds(self) -> None:
         for crd in self.crds:
@@ -131,48 +134,13 @@ class KubeFedDnsController:
 
     # members --------------------------------------------------------------------------------
 
-    async def _watch_members(self) -> None:
-        while True:
-            try:
-                await self._sync_members()
-            except Exception:
-                log.exception("kubefed dns: syncing members failed")
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(MEMBERS_RECHECK_S):  # wait_for may drop a cancel (3.11)
-                    await self._changed.wait()
-
-    async def _sync_members(self) -> None:
-        wanted = {m.view.name: m for m in self.members()}
-        changed = False
-        for name in [n for n in self.states if n not in wanted]:
-            state = self.states.pop(name)
-            if state.task is not None:
-                state.task.cancel()
-            await state.client.close()
-            changed = True
-        for name, member in wanted.items():
-            old = self.states.get(name)
-            if old is not None and old.member.credentials == member.credentials:
-                if old.member.view != member.view:
-                    old.member = member
-                    changed = True
-                continue
-            if old is not None:
-                if old.task is not None:
-                    old.task.cancel()
-                await old.client.close()
-            state = _Member(member, KubeClient(member.credentials))
-            for key, api, kind in (("services", "v1", "Service"), ("slices", "discovery.k8s.io/v1", "EndpointSlice"),
-                                   ("ingresses", "networking.k8s.io/v1", "Ingress")):
-                state.informers[key] = Informer(state.client, api, kind, transform=strip_managed_fields,
-                                                on_event=self._member_handler(key))
-            self.states[name] = state
-            assert self._group is not None
-            state.task = self._group.create_task(self._run_member(state))
-            changed = True
-        if changed:
-            self._enqueue_all()
+    def _join(self, member: Member, client: KubeClient) -> _Member:
+        state = _Member(member, client)
+        for key, api, kind in (("services", "v1", "Service"), ("slices", "discovery.k8s.io/v1", "EndpointSlice"),
+                               ("ingresses", "networking.k8s.io/v1", "Ingress")):
+            state.informers[key] = Informer(client, api, kind, transform=strip_managed_fields,
+                                            on_event=self._member_handler(key))
+        return state
 
     async def _run_member(self, state: _Member) -> None:
         async with asyncio.TaskGroup() as group:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from tether.connect.fleetwatch import FleetWatcher
 from tether.connect.mcs import plan as P
 from tether.connect.mcs.crds import ABOUT_GROUP, MCS_GROUP, member_crds
 from tether.engine import Engine
@@ -74,7 +75,6 @@ class _MemberState:
     export_api: str = f"{MCS_GROUP}/v1beta1"
     import_api: str = f"{MCS_GROUP}/v1beta1"
     informers: dict[str, Informer] = field(default_factory=dict)
-    task: asyncio.Task[None] | None = None
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -124,63 +124,33 @@ class McsController:
         self.clusterset = clusterset
         self.install_crds = install_crds
         self.engine: Engine[Key] = Engine("mcs", self._reconcile, workers=4)
-        self.states: dict[str, _MemberState] = {}
-        self._changed = asyncio.Event()
-        self._group: asyncio.TaskGroup | None = None
+        self.fleet: FleetWatcher[Member, _MemberState] = FleetWatcher(
+            "mcs", lambda: (m for m in self.members() if m.ready), name=lambda m: m.name,
+            credentials=lambda m: m.credentials, join=_MemberState, serve=self._serve_member, left=self._left,
+            recheck_s=MEMBERS_RECHECK_S)
+        self.states: dict[str, _MemberState] = self.fleet.states
         self.writes = 0  # observability (tests, metrics)
 
     def members_changed(self) -> None:
-        self._changed.set()
+        self.fleet.members_changed()
 
     # members ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        try:
-            async with asyncio.TaskGroup() as group:
-                self._group = group
-                group.create_task(self.engine.run())
-                group.create_task(self._watch_members())
-        finally:
-            for state in self.states.values():
-                if state.task is not None:
-                    state.task.cancel()
-            await asyncio.gather(*(s.client.close() for s in self.states.values()), return_exceptions=True)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.engine.run())
+            group.create_task(self.fleet.run())
 
-    async def _watch_members(self) -> None:
-        while True:
-            try:
-                await self._sync_members()
-            except Exception:
-                log.exception("mcs: syncing members failed")
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(MEMBERS_RECHECK_S):  # wait_for may drop a cancel (3.11)
-                    await self._changed.wait()
+    async def _left(self, state: _MemberState) -> None:
+        log.info("mcs: %s left the clusterset", state.member.name)
+        with contextlib.suppress(KubeError):
+            await state.client.delete(f"{ABOUT_GROUP}/v1beta1", "ClusterProperty", CLUSTERSET_PROPERTY)
+        self._enqueue_everything()
 
-    async def _sync_members(self) -> None:
-        wanted = {m.name: m for m in self.members() if m.ready}
-        for name in [n for n in self.states if n not in wanted]:
-            state = self.states.pop(name)
-            log.info("mcs: %s left the clusterset", name)
-            if state.task is not None:
-                state.task.cancel()
-            with contextlib.suppress(KubeError):
-                await state.client.delete(f"{ABOUT_GROUP}/v1beta1", "ClusterProperty", CLUSTERSET_PROPERTY)
-            await state.client.close()
-            self._enqueue_everything()
-        for name, member in wanted.items():
-            old = self.states.get(name)
-            if old is not None and old.member.credentials == member.credentials:
-                continue
-            if old is not None:
-                if old.task is not None:
-                    old.task.cancel()
-                await old.client.close()
-            state = _MemberState(member, KubeClient(member.credentials))
-            self.states[name] = state
-            assert self._group is not None
-            state.task = self._group.create_task(self._run_member(state))
-            self._group.create_task(self._grace_over(state))
+    async def _serve_member(self, state: _MemberState) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._grace_over(state))
+            await self._run_member(state)
 
     async def _run_member(self, state: _MemberState) -> None:
         delay = 1.0

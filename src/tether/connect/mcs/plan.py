@@ -8,6 +8,12 @@
   the oldest export (`creationTimestamp`, then cluster id for a tie); an export that disagrees
   gets `Conflict=True` with reason `TypeConflict`, `SessionAffinityConflict` or
   `SessionAffinityConfigConflict` (several reasons joined with commas);
+- likewise from the oldest export: the ServiceImport's labels and annotations (v1beta1
+  `spec.exportedLabels` / `spec.exportedAnnotations`, copied onto the import's metadata; an
+  export whose maps differ gets `LabelsConflict` / `AnnotationsConflict`), and the Service's
+  `internalTrafficPolicy` (`InternalTrafficPolicyConflict`), `trafficDistribution`
+  (`TrafficDistributionConflict`) and `ipFamilies` (`IPFamilyConflict`; a Service that does not
+  say is not compared);
 - ports are the union, merged first by name, then by (protocol, port); a port that would give two
   ports one name, or one (protocol, port) two names, loses to the older export's and marks its
   export `PortConflict`;
@@ -80,6 +86,11 @@ class Merged:
     clusters: tuple[str, ...]  # clusters with a valid export, oldest first
     conditions: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)  # cluster -> its export's
     exports: tuple[Export, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)  # the oldest export's exportedLabels
+    annotations: Mapping[str, str] = field(default_factory=dict)  # ... and exportedAnnotations
+    internal_traffic_policy: str = "Cluster"
+    traffic_distribution: str = ""
+    ip_families: tuple[str, ...] = ()
 
     @property
     def type(self) -> str:
@@ -102,6 +113,50 @@ def _port(p: Obj) -> Obj:
     return out
 
 
+def _string_map(value: object) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class _Global:
+    """What one export says about the properties the oldest export decides."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    internal_traffic_policy: str
+    traffic_distribution: str
+    ip_families: tuple[str, ...]
+
+    @staticmethod
+    def of(e: Export) -> _Global:
+        wanted, spec = _spec(e.export), _spec(e.service)
+        return _Global(_string_map(wanted.get("exportedLabels")), _string_map(wanted.get("exportedAnnotations")),
+                       str(spec.get("internalTrafficPolicy") or "Cluster"), str(spec.get("trafficDistribution") or ""),
+                       tuple(str(f) for f in spec.get("ipFamilies") or ()))
+
+    def conflicts(self, oldest: _Global, cluster: str) -> list[tuple[str, str]]:
+        """(reason, message) for every property that differs from the oldest export's."""
+        found: list[tuple[str, str]] = []
+        if self.labels != oldest.labels:
+            found.append(("LabelsConflict", f"exportedLabels differ from the oldest export's (cluster {cluster}), "
+                                            "whose labels the ServiceImport carries"))
+        if self.annotations != oldest.annotations:
+            found.append(("AnnotationsConflict", f"exportedAnnotations differ from the oldest export's (cluster "
+                                                 f"{cluster}), whose annotations the ServiceImport carries"))
+        if self.internal_traffic_policy != oldest.internal_traffic_policy:
+            found.append(("InternalTrafficPolicyConflict",
+                          f"internalTrafficPolicy {self.internal_traffic_policy} differs from the oldest export's "
+                          f"({oldest.internal_traffic_policy})"))
+        if self.traffic_distribution != oldest.traffic_distribution:
+            found.append(("TrafficDistributionConflict",
+                          f"trafficDistribution {self.traffic_distribution or '(none)'} differs from the oldest "
+                          f"export's ({oldest.traffic_distribution or '(none)'})"))
+        if self.ip_families and oldest.ip_families and set(self.ip_families) != set(oldest.ip_families):
+            found.append(("IPFamilyConflict", f"ipFamilies {','.join(self.ip_families)} differ from the oldest "
+                                              f"export's ({','.join(oldest.ip_families)})"))
+        return found
+
+
 def merge(namespace: str, name: str, exports: Iterable[Export]) -> Merged:
     conditions: dict[str, list[Condition]] = {}
     valid: list[Export] = []
@@ -122,6 +177,7 @@ def merge(namespace: str, name: str, exports: Iterable[Export]) -> Merged:
     headless = _headless(oldest.service or {})
     affinity = str(_spec(oldest.service).get("sessionAffinity") or "None")
     affinity_config = _spec(oldest.service).get("sessionAffinityConfig") if affinity == "ClientIP" else None
+    decided = _Global.of(oldest)
     ports: list[Obj] = []
     by_name: dict[str, Obj] = {}
     by_number: dict[tuple[str, int], Obj] = {}
@@ -159,6 +215,9 @@ def merge(namespace: str, name: str, exports: Iterable[Export]) -> Merged:
             by_number[(p["protocol"], p["port"])] = p
         if port_conflict:
             reasons.insert(0, "PortConflict")
+        for reason, message in _Global.of(e).conflicts(decided, oldest.cluster):
+            reasons.append(reason)
+            messages.append(message)
         found = [Condition("Valid", "True", "Valid", "the Service is exported"),
                  Condition("Ready", "True", "Exported", f"exported as ServiceImport {namespace}/{name}")]
         if reasons:
@@ -167,7 +226,9 @@ def merge(namespace: str, name: str, exports: Iterable[Export]) -> Merged:
             found.append(Condition("Conflict", "False", "NoConflicts", "no conflicts with other exports"))
         conditions[e.cluster] = found
     return Merged(namespace, name, headless, tuple(ports), affinity, affinity_config,
-                  tuple(e.cluster for e in valid), {c: tuple(v) for c, v in conditions.items()}, tuple(valid))
+                  tuple(e.cluster for e in valid), {c: tuple(v) for c, v in conditions.items()}, tuple(valid),
+                  decided.labels, decided.annotations, decided.internal_traffic_policy,
+                  decided.traffic_distribution, decided.ip_families)
 
 
 # what each member gets ---------------------------------------------------------------------------
@@ -195,10 +256,17 @@ def import_object(api_version: str, merged: Merged, ips: Sequence[str]) -> Obj:
         spec["sessionAffinity"] = merged.session_affinity
         if merged.session_affinity_config:
             spec["sessionAffinityConfig"] = merged.session_affinity_config
-    return {"apiVersion": api_version, "kind": "ServiceImport",
-            "metadata": {"name": merged.name, "namespace": merged.namespace,
-                         "labels": {MANAGED_BY: MANAGED_BY_VALUE}},
-            "spec": spec}
+    if merged.internal_traffic_policy != "Cluster":
+        spec["internalTrafficPolicy"] = merged.internal_traffic_policy
+    if merged.traffic_distribution:
+        spec["trafficDistribution"] = merged.traffic_distribution
+    if merged.ip_families:
+        spec["ipFamilies"] = list(merged.ip_families)
+    meta: Obj = {"name": merged.name, "namespace": merged.namespace,
+                 "labels": {**merged.labels, MANAGED_BY: MANAGED_BY_VALUE}}  # ours decides who may rewrite it
+    if merged.annotations:
+        meta["annotations"] = {k: v for k, v in merged.annotations.items() if k != HASH_ANNOTATION}
+    return {"apiVersion": api_version, "kind": "ServiceImport", "metadata": meta, "spec": spec}
 
 
 def import_status(api_version: str, merged: Merged) -> Obj:

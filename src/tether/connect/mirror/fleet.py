@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from tether.connect.fleetwatch import MemberSignal
 from tether.connect.mirror import labels as L
 from tether.connect.mirror.plan import Freshness
 from tether.connect.mirror.policy import (
@@ -103,7 +104,7 @@ class MirrorFleet:
                 self._group = group
                 group.create_task(self.policies.run())
                 group.create_task(self.engine.run())
-                group.create_task(self._recheck())
+                group.create_task(MemberSignal(MEMBERS_RECHECK_S).each_change(self._recheck, "mirror fleet"))
         finally:
             self._group = None
             for state in self._state.values():
@@ -129,9 +130,7 @@ class MirrorFleet:
                 await asyncio.sleep(2.0)
 
     async def _recheck(self) -> None:
-        while True:
-            await asyncio.sleep(MEMBERS_RECHECK_S)
-            self.members_changed()
+        self.members_changed()
 
     # reconcile ---------------------------------------------------------------------------
 

@@ -1,0 +1,226 @@
+"""The routing proxy on loopback: an "original" server, two developers' local programs reached
+through parked connections (the developer side's `ParkedPool` over a `DirectChannel`), and
+requests routed one by one on keep-alive connections."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from tether.bridge import routing
+from tether.bridge.channel import DirectChannel
+from tether.bridge.parking import ParkedPool, local_handler
+from tether.bridge.router import Router
+from tether.net import http1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def http_server(label: str) -> tuple[asyncio.AbstractServer, int]:
+    """Answers every request with `label path`, keep-alive; echoes raw bytes after `RAW`."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if head.startswith(b"PRI"):  # h2c: say who got the connection
+                    writer.write(label.encode() + b" h2")
+                    await writer.drain()
+                    return
+                if head.startswith(b"RAW"):
+                    writer.write(label.encode() + b" raw " + head)
+                    await writer.drain()
+                    return
+                request = http1.parse_request_head(head[:-4])
+                body = b""
+                if "content-length" in request.headers:
+                    body = await reader.readexactly(int(request.headers["content-length"]))
+                payload = f"{label} {request.target} {len(body)}".encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@dataclass
+class Setup:
+    router: Router
+    port: int
+    pools: dict[str, ParkedPool]
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[Setup]:
+    original, original_port = await http_server("original")
+    alice, alice_port = await http_server("alice")
+    bob, bob_port = await http_server("bob")
+    listen, park = free_port(), free_port()
+    router = Router({listen: original_port}, lambda: ["127.0.0.1"])
+    router.set_routes({"alice": (routing.token_digest("ta"), False), "bob": (routing.token_digest("tb"), False)})
+    await router.start("127.0.0.1", park)
+    channel = DirectChannel()
+    pools = {name: ParkedPool(lambda: channel.open_tcp("127.0.0.1", park), name, token, port,
+                              local_handler(port), size=2)
+             for name, token, port in (("alice", "ta", alice_port), ("bob", "tb", bob_port))}
+    tasks = [asyncio.create_task(pool.run()) for pool in pools.values()]
+    yield Setup(router, listen, pools)
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await router.aclose()
+    for server in (original, alice, bob):
+        server.close()
+
+
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: str,
+                   headers: str = "", body: bytes = b"") -> str:
+    length = f"Content-Length: {len(body)}\r\n" if body else ""
+    writer.write(f"GET {target} HTTP/1.1\r\nHost: s\r\n{headers}{length}\r\n".encode() + body)
+    await writer.drain()
+    parser = http1.ResponseParser()
+    answer = None
+    while answer is None:
+        data = await reader.read(65536)
+        assert data, "connection closed before the answer"
+        answer = parser.feed(data)
+    return answer.body.decode()
+
+
+async def test_requests_on_one_connection_go_each_to_their_destination(setup: Setup) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    assert await exchange(reader, writer, "/1") == "original /1 0"
+    assert await exchange(reader, writer, "/2", "kubernetes-route-as: alice\r\n") == "alice /2 0"
+    assert await exchange(reader, writer, "/3", "kubernetes-route-as: bob\r\n", b"xyz") == "bob /3 3"
+    assert await exchange(reader, writer, "/4", "baggage: k=v,kubernetes-route-as=alice\r\n") == "alice /4 0"
+    assert await exchange(reader, writer, "/5", "kubernetes-route-as: carol\r\n") == "original /5 0"
+    writer.close()
+    assert setup.router.counts() == {"alice": 2, "bob": 1}
+
+
+async def test_pipelined_requests_are_answered_in_order(setup: Setup) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    writer.write(b"GET /a HTTP/1.1\r\nHost: s\r\nkubernetes-route-as: alice\r\n\r\n"
+                 b"GET /b HTTP/1.1\r\nHost: s\r\n\r\n")
+    await writer.drain()
+    answers: list[str] = []
+    data = b""
+    while len(answers) < 2:
+        parser = http1.ResponseParser()
+        answer = parser.feed(data) if data else None
+        if answer is None:
+            data += await reader.read(65536)
+            continue
+        answers.append(answer.body.decode())
+        data = parser.take_leftover()
+    assert answers == ["alice /a 0", "original /b 0"]
+    writer.close()
+
+
+async def test_non_http_bytes_go_to_the_original(setup: Setup) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    writer.write(b"RAW hello\r\n\r\n")
+    await writer.drain()
+    assert (await reader.read()).startswith(b"original raw RAW hello")
+    writer.close()
+
+
+async def test_all_route_takes_every_connection(setup: Setup) -> None:
+    setup.router.set_routes({"alice": (routing.token_digest("ta"), True)})
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    assert await exchange(reader, writer, "/x") == "alice /x 0"
+    writer.write(b"RAW x\r\n\r\n")  # spliced as bytes: the developer's program sees them
+    await writer.drain()
+    assert (await reader.read()).startswith(b"alice raw")
+    writer.close()
+
+
+async def test_many_requests_without_the_header_all_succeed(setup: Setup) -> None:
+    async def client() -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+        ok = 0
+        for i in range(100):
+            ok += (await exchange(reader, writer, f"/{i}")) == f"original /{i} 0"
+        writer.close()
+        return ok
+
+    assert sum(await asyncio.gather(*(client() for _ in range(5)))) == 500
+
+
+async def test_unknown_route_without_parked_connection_gets_502(setup: Setup) -> None:
+    setup.router.set_routes({"alice": (routing.token_digest("ta"), False),
+                             "dave": (routing.token_digest("td"), False)})
+    routing_module = __import__("tether.bridge.router", fromlist=["PARK_WAIT_S"])
+    old, routing_module.PARK_WAIT_S = routing_module.PARK_WAIT_S, 0.2
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: s\r\nkubernetes-route-as: dave\r\n\r\n")
+        await writer.drain()
+        assert (await reader.read()).startswith(b"HTTP/1.1 502")
+    finally:
+        routing_module.PARK_WAIT_S = old
+
+
+async def test_a_park_with_a_wrong_token_is_refused(setup: Setup) -> None:
+    park_port = setup.router._servers[-1].sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", park_port)
+    writer.write(routing.encode_park("alice", "stolen"))
+    await writer.drain()
+    assert (await reader.readline()).startswith(b"ERR wrong token")
+    writer.close()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GET / HTTP/1.1\r\nbad header line\r\n\r\n",
+    b"GET / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+    b"GET / HTTP/1.1\r\nX: " + b"a" * 300_000 + b"\r\n\r\n",
+])
+async def test_bad_requests_get_400_and_the_router_keeps_serving(setup: Setup, garbage: bytes) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    writer.write(garbage)
+    await writer.drain()
+    answer = await reader.read()
+    assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 431")), answer[:80]
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    assert await exchange(reader, writer, "/after") == "original /after 0"
+    writer.close()
+
+
+def h2c_request(headers: list[tuple[str, str]]) -> bytes:
+    import hpack
+
+    block = hpack.Encoder().encode([(":method", "GET"), (":scheme", "http"), (":path", "/"),
+                                    (":authority", "stats-api"), *headers])
+    settings = (0).to_bytes(3, "big") + bytes([0x4, 0]) + (0).to_bytes(4, "big")
+    frame = len(block).to_bytes(3, "big") + bytes([0x1, 0x4 | 0x1]) + (1).to_bytes(4, "big") + block
+    return routing.H2_PREFACE + settings + frame
+
+
+@pytest.mark.parametrize("headers, expected", [
+    ([("kubernetes-route-as", "alice")], b"alice h2"),
+    ([("baggage", "kubernetes-route-as=bob")], b"bob h2"),
+    ([], b"original h2"),
+])
+async def test_h2c_connections_go_where_their_first_request_goes(setup: Setup, headers: list[tuple[str, str]],
+                                                                 expected: bytes) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    writer.write(h2c_request(headers))
+    await writer.drain()
+    assert await reader.read() == expected
+    writer.close()
