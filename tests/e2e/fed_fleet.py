@@ -46,6 +46,7 @@ class Fleet:
     cache: Path
     hub_proc: subprocess.Popen[bytes] | None = None
     hub_runs: int = 0
+    hub_args: tuple[str, ...] = ()  # more `tether hub run` flags
 
     @property
     def kubeconfig(self) -> Path:
@@ -84,7 +85,8 @@ class Fleet:
             self.hub_proc = subprocess.Popen(
                 [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig",
                  str(self.kubeconfig), "--context", "host", "--port", "0", "--health-period",
-                 "0.5", "--health-threshold", "1", "--resync", RESYNC_S, "--verbose"],
+                 "0.5", "--health-threshold", "1", "--resync", RESYNC_S, "--verbose",
+                 *self.hub_args],
                 stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while "http://127.0.0.1:" not in log.read_text():

@@ -53,6 +53,7 @@ from tether.kube import KubeClient
 from tether.net.httpserver import HttpServer, Request, Response
 
 if TYPE_CHECKING:
+    from tether.app.dashboard.server import DashboardServer
     from tether.app.hub_tunnel import HubTunnel
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,12 @@ class Hub:
             from tether.app.hub_tunnel import HubTunnel
 
             self.tunnel = HubTunnel(host, config)
+        self.dashboard: DashboardServer | None = None
+        if config.dashboard_port is not None:
+            from tether.app.dashboard.server import DashboardServer
+
+            self.dashboard = DashboardServer(self, address=config.dashboard_address,
+                                             port=config.dashboard_port, tls=config.dashboard_tls)
 
     def _clusters_ready(self) -> float:
         infos = [cluster_info(c) for c in self.shared.clusters.list()]
@@ -126,6 +133,8 @@ class Hub:
                                 server_header="tether-hub")
             await server.start()
             self.servers.append(server)
+        if self.dashboard is not None:
+            await self.dashboard.start()
         return [s.port for s in self.servers]
 
     async def run(self) -> None:
@@ -149,7 +158,11 @@ class Hub:
                 group.create_task(self.kubefed_dns.run())
                 if self.mesh is not None:
                     group.create_task(self.mesh.run())
+                if self.dashboard is not None:
+                    group.create_task(self.dashboard.run())
         finally:
+            if self.dashboard is not None:
+                await self.dashboard.aclose()
             for server in self.servers:
                 await server.close(grace_s=1.0)
 
@@ -163,6 +176,8 @@ async def serve(config: HubConfig, *, announce: Callable[[str], None] = print) -
             announce(await hub.tunnel.start())
         announce(f"hub running against {host.server}; serving /healthz /readyz /metrics on "
                  + ", ".join(f"http://127.0.0.1:{p}" for p in ports))
+        if hub.dashboard is not None:
+            announce(f"dashboard on {hub.dashboard.url} (read-only; docs/dashboard.md)")
         proxy = None
         if config.proxy_port is not None:
             proxy = await proxy_app.open_proxy(

@@ -35,3 +35,6 @@ class HubConfig:
     template_status: str = "auto"
     clusterset: str | None = None  # run the MCS controller for this clusterset; None: not run
     mesh_root: Path | None = None  # mesh the registered --netns local clusters under it; None: not run
+    dashboard_port: int | None = None  # the read-only web dashboard (app.dashboard); None: off
+    dashboard_address: str = "127.0.0.1"
+    dashboard_tls: bool = False  # HTTPS with the cluster proxy's CA (client certificates work)

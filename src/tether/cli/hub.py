@@ -125,6 +125,14 @@ def run(
     mesh: Annotated[bool, typer.Option(
         "--mesh", help="Mesh the registered Clusters that are --netns local clusters of --data-dir with "
         "WireGuard (what `tether mesh local` does), with a MeshReady condition on each; needs root")] = False,
+    dashboard_port: Annotated[int | None, typer.Option(
+        "--dashboard-port", help="Serve the read-only web dashboard on this port (0 picks one; "
+        "8090 in the hub manifests); see docs/dashboard.md")] = None,
+    dashboard_address: Annotated[str, typer.Option(
+        "--dashboard-address", help="Address the dashboard listens on")] = "127.0.0.1",
+    dashboard_tls: Annotated[bool, typer.Option(
+        "--dashboard-tls", help="Serve the dashboard over HTTPS with the cluster proxy's CA, so "
+        "`tether kubeconfig` client certificates sign in too")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
     template_status: Annotated[str, typer.Option(
         "--template-status", metavar="auto|status|annotation",
@@ -135,6 +143,7 @@ def run(
     """Run every hub controller: cluster health, KubeFed and Karmada propagation, the executor."""
 
     from tether.app import hub as hub_app
+    from tether.app.clusterproxy import ProxySetupError
     from tether.app.hubconfig import HubConfig
     from tether.federation.health import HealthTimers
     from tether.tunnel.destinations import DestinationError, parse_patterns
@@ -177,15 +186,18 @@ def run(
                                failover=FailoverSettings(
                                    enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
                                    graceful_timeout_s=graceful_eviction_timeout),
-                               clusterset=clusterset, mesh_root=state_root(data_dir) if mesh else None)
+                               clusterset=clusterset, mesh_root=state_root(data_dir) if mesh else None,
+                               dashboard_port=dashboard_port, dashboard_address=dashboard_address,
+                               dashboard_tls=dashboard_tls)
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
+             "--dashboard-port": dashboard_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}
     try:
         code = asyncio.run(hub_app.serve(config, announce=lambda line: typer.echo(line)))
     except OSError as exc:
         console.print(f"[red]error:[/red] {port_in_use(exc, ports) or exc}", highlight=False)
         code = 1
-    except (KubeError, KubeconfigError) as exc:
+    except (KubeError, KubeconfigError, ProxySetupError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         code = 1
     # The hub's own shutdown is bounded (`shutdown_s`); what is left can only be a thread of the

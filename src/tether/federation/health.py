@@ -358,6 +358,9 @@ class ClusterHealthController:
     workers: int = 8
     _members: dict[str, _Member] = field(default_factory=dict)
     _known: set[str] = field(default_factory=set)
+    # the latest probe of each push member, with its time (the dashboard shows why one failed:
+    # the Ready condition only says that it did)
+    last_probe: dict[str, tuple[float, Probe]] = field(default_factory=dict)
     engine: Engine[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -392,6 +395,7 @@ class ClusterHealthController:
 
     async def _forget(self, name: str) -> None:
         self._known.discard(name)
+        self.last_probe.pop(name, None)
         member = self._members.pop(name, None)
         if member is not None:
             await member.client.close()
@@ -440,6 +444,7 @@ class ClusterHealthController:
         else:
             result = await probe(member.client, self.timers.probe_timeout_s)
         now = self.clock()
+        self.last_probe[name] = (now, result)
         current = find_condition(status, READY)
         memory = member.memory if member is not None else None
         ready, memory = next_ready(current, memory, result, now, self.timers)

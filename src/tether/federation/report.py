@@ -8,6 +8,7 @@ no Work at all (unknown cluster, not ready, a failed override).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,14 @@ async def propagation_report(host: KubeClient, kind_text: str, name: str,
     source = await host.get(api_version, kind, name, ns or None)
     selector = f"{W.SOURCE_HASH_LABEL}={W.short_hash(W.source_key(ref), 16)}"
     work_list = await host.list_objects(WORK_API_VERSION, "Work", None, selector)
+    return report_of(ref, source, work_list)
+
+
+def report_of(ref: ResourceRef, source: Obj | None, work_list: Iterable[Obj]) -> Report:
+    """The report from what the hub holds: the source object (None when it is gone) and its
+    Works. Pure: `tether status` reads these from the API, the dashboard from the hub's caches."""
+    name = ref.name
+    kind = ref.kind
     rows: dict[str, ClusterRow] = {}
     target_kind = kind[len("Federated"):] if kind.startswith("Federated") else kind
     for work in work_list:

@@ -48,6 +48,7 @@ class Registry:
 
 HELP = {
     "stream_packets_total": "Count of packets processed, by segment and packet type.",
+    "data_bytes_total": "Tunnelled payload bytes (DATA packets), to and from agents (tether's own).",
     "endpoint_dial_failure_total": "Number of failures dialing the remote endpoint, by reason.",
     "server_connection_failure_count": "Count of failures connecting to the proxy server, by direction.",
     "dial_duration_seconds": "Latency of dial to the remote endpoint in seconds.",

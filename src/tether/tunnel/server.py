@@ -285,6 +285,9 @@ class TunnelServer:
                 backend = self._backends.get(action.backend)
                 if backend is not None:
                     self.metrics.packet("to_agent", action.packet.type_name)
+                    if isinstance(action.packet.payload, p.Data):
+                        self.metrics.inc("data_bytes_total", (("segment", "to_agent"),),
+                                         len(action.packet.payload.data))
                     backend.send(action.packet)
             elif isinstance(action, ToFrontend):
                 self._to_frontend(action.frontend, action.packet)
@@ -404,6 +407,9 @@ class TunnelServer:
             if packet is grpc.aio.EOF or not isinstance(packet, p.Packet):
                 return
             self.metrics.packet("from_agent", packet.type_name)
+            if isinstance(packet.payload, p.Data):
+                self.metrics.inc("data_bytes_total", (("segment", "from_agent"),),
+                                 len(packet.payload.data))
             self._dispatch(self.state.agent_packet(backend.id, packet, time.monotonic()))
 
     async def _backend_writer(self, backend: _Backend, context: grpc.aio.ServicerContext[Any, Any]) -> None:
