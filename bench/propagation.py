@@ -224,8 +224,7 @@ def start_fleet(root: Path, clusters: int, fleet: Fleet) -> None:
         time.sleep(0.05)
     line = next(x for x in fleet.hub_log.read_text().splitlines() if "http://127.0.0.1:" in x)
     fleet.hub_port = int(line.rsplit(":", 1)[1].strip())
-    want = f"tether_clusters_ready {clusters}\n"
-    while want not in fleet.hub_metrics():
+    while gauge(fleet.hub_metrics(), "tether_clusters_ready") < clusters:
         if fleet.hub.poll() is not None or time.monotonic() > deadline + 60:
             raise RuntimeError(f"not every member became Ready:\n{fleet.hub_metrics()[-1500:]}")
         time.sleep(0.2)
@@ -315,9 +314,15 @@ class Run:
         return f"{self.clusters} x {self.templates:,} {self.kind}s{paced}"
 
 
+def gauge(metrics: str, name: str) -> float:
+    """One unlabelled sample of the hub's /metrics text (NaN when absent)."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", metrics, re.M)
+    return float(found[1]) if found else math.nan
+
+
 def reconcile_counts(metrics: str) -> dict[str, int]:
-    return {m[1]: int(m[2]) for m in re.finditer(
-        r'^tether_reconcile_total\{controller="([^"]+)"\} (\d+)$', metrics, re.M)}
+    return {m[1]: int(float(m[2])) for m in re.finditer(
+        r'^tether_reconcile_total\{controller="([^"]+)"\} (\S+)$', metrics, re.M)}
 
 
 class Sampler:

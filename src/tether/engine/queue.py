@@ -106,6 +106,11 @@ class Engine(Generic[K]):
     def idle(self) -> bool:
         return not self._queued and not self._active and not self._dirty
 
+    def settled(self) -> bool:
+        """Idle with no delayed enqueue pending either: nothing will run until something new
+        is enqueued."""
+        return self.idle() and not self._delayed
+
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._timer())

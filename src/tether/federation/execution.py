@@ -101,6 +101,16 @@ class _Outcome:
     error_message: str = ""
 
 
+def executor_view(cluster: Obj) -> tuple[Any, ...]:
+    """What the executor reads of a Cluster, as one comparable value: whether it is leaving,
+    its spec apart from taints (sync mode, endpoint, credentials reference, proxy) and whether it
+    is Ready (Works that failed while it was not get a pass when it is again)."""
+    spec = {k: v for k, v in mapping(cluster.get("spec")).items() if k != "taints"}
+    ready = any(mapping(c).get("type") == "Ready" and mapping(c).get("status") == "True"
+                for c in items(nested(cluster, "status", "conditions")))
+    return (unjoining(cluster), spec, ready)
+
+
 def identifier(manifest: Obj, ordinal: int) -> Obj:
     api_version = str(manifest.get("apiVersion", ""))
     group, _, version = api_version.rpartition("/")
@@ -149,6 +159,7 @@ class WorkExecutor:
     _members: dict[str, _Member] = field(default_factory=dict)
     _member_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _failures: dict[ObjectKey, int] = field(default_factory=dict)
+    _views: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # cluster → executor_view
     _group: asyncio.TaskGroup | None = None
     # the hub namespace's Secrets (member credentials); None for a pull agent's executor
     secrets: Informer | None = field(init=False, default=None)
@@ -159,7 +170,18 @@ class WorkExecutor:
         if self.member_client is None:
             self.secrets = Informer(self.host, "v1", "Secret", self.namespace)
         self.shared.work_handlers.append(lambda e: self.engine.enqueue(e.key))
-        self.shared.cluster_handlers.append(lambda e: self.clusters_engine.enqueue(e.key.name))
+        self.shared.cluster_handlers.append(self._on_cluster)
+
+    def _on_cluster(self, event: WatchEvent) -> None:
+        """A Cluster event: the cluster's Works get another pass only when what this executor
+        reads of the Cluster changed (`executor_view`), not on every status write."""
+        name = event.key.name
+        before = self._views.pop(name, None)
+        after = None if event.type == "DELETED" else executor_view(event.object)
+        if after is not None:
+            self._views[name] = after
+        if before != after:
+            self.clusters_engine.enqueue(name)
 
     async def run(self) -> None:
         try:

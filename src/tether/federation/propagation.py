@@ -59,6 +59,7 @@ from tether.kube import (
     strip_managed_fields,
 )
 from tether.objects import Obj
+from tether.objects.selectors import matches_label_selector
 from tether.objects.times import rfc3339
 
 from . import works as W
@@ -66,7 +67,13 @@ from ._util import items, mapping, nested, start_in, thaw
 from .aggregation import aggregate_status, reflect_status
 from .binding import EVICTION_ANNOTATION, Binding, read_binding
 from .bindings import BindingViews
-from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
+from .crds import (
+    CLUSTER_API_VERSION,
+    KARMADA_POLICY_GROUP,
+    KUBEFED_CORE_GROUP,
+    WORK_API_VERSION,
+    execution_namespace,
+)
 from .dependencies import REQUIRES_ANNOTATION, encode_requires
 from .depsync import DependencySync
 from .failover import FailoverSettings
@@ -81,6 +88,7 @@ from .karmada_binding import (
 from .kubefed import ClusterResult, compile_federated, kubefed_status, within_namespace
 from .metrics import HubMetrics
 from .model import ClusterInfo, PropagationPlan, ResourceRef
+from .placement import cluster_matches_affinity
 from .registry import UNJOIN_ANNOTATION
 from .scheduler import Groups
 from .taints import taints_of
@@ -119,17 +127,26 @@ async def _bounded(calls: list[Callable[[], Awaitable[Any]]], limit: int = WORK_
 # shared informers ------------------------------------------------------------------------------
 
 
+PlacementHandler = Callable[[str, ClusterInfo | None, ClusterInfo | None], None]
+
+
 @dataclass
 class HubInformers:
     """Informers on the host that every controller reads: Clusters and Works (with an index of
-    Works by source). Controllers add handlers before `run()`."""
+    Works by source). Controllers add handlers before `run()`.
+
+    `cluster_handlers` get every Cluster event; `placement_handlers` get (name, before, after)
+    only when the cluster's `placement_view` changed — a pull agent's heartbeat or a status
+    write that changes nothing placement reads calls none of them."""
 
     host: KubeClient
     cluster_handlers: list[Callable[[WatchEvent], None]] = field(default_factory=list)
+    placement_handlers: list[PlacementHandler] = field(default_factory=list)
     work_handlers: list[Callable[[WatchEvent], None]] = field(default_factory=list)
     clusters: Informer = field(init=False)
     works: Informer = field(init=False)
     _by_source: dict[str, set[ObjectKey]] = field(default_factory=dict)
+    _views: dict[str, PlacementView | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.clusters = Informer(self.host, CLUSTER_API_VERSION, "Cluster",
@@ -149,6 +166,14 @@ class HubInformers:
     def _on_cluster(self, event: WatchEvent) -> None:
         for handler in self.cluster_handlers:
             handler(event)
+        name = event.key.name
+        before = self._views.pop(name, None)
+        after = None if event.type == "DELETED" else placement_view(event.object)
+        if event.type != "DELETED":
+            self._views[name] = after
+        if before != after:
+            for placement in self.placement_handlers:
+                placement(name, before.info if before else None, after.info if after else None)
 
     def _on_work(self, event: WatchEvent) -> None:
         source = str(nested(event.object, "metadata", "labels", W.SOURCE_HASH_LABEL) or "")
@@ -169,8 +194,20 @@ class HubInformers:
         return [w for w in found if w is not None and _same_source(w, ref)]
 
     def cluster_infos(self) -> list[ClusterInfo]:
-        """Registered clusters that can take work (not being unjoined or deleted)."""
-        return [info for c in self.clusters.list() if (info := cluster_info(c)) is not None]
+        """Registered clusters that can take work (not being unjoined or deleted), by name."""
+        return [view.info for _, view in sorted(self._views.items()) if view is not None]
+
+    def works_in(self, cluster: str, dialect: str) -> list[ResourceRef]:
+        """The sources of `dialect` that have a Work for `cluster`."""
+        namespace = execution_namespace(cluster)
+        out = []
+        for key in self.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+            if key.namespace != namespace:
+                continue
+            found = W.work_source(self.works.get(key.namespace, key.name) or {})
+            if found is not None and found[0] == dialect:
+                out.append(found[1])
+        return out
 
 
 def _same_source(work: Obj, ref: ResourceRef) -> bool:
@@ -196,6 +233,50 @@ def cluster_info(cluster: Obj) -> ClusterInfo | None:
         ready=ready,
         resource_summary=mapping(nested(cluster, "status", "resourceSummary")) or None,
     )
+
+
+@dataclass(frozen=True)
+class PlacementView:
+    """What the sync controllers read of a Cluster, comparable as a whole: the `ClusterInfo`
+    (labels, provider/region/zones, taints, readiness) plus the parts it leaves out of its own
+    equality: the taints' timeAdded (failover's tolerationSeconds count from it) and the
+    resourceSummary (capacity-based division and `Aggregated` scheduling read it)."""
+
+    info: ClusterInfo
+    taint_times: tuple[float | None, ...]
+    resources: str
+
+
+def placement_view(cluster: Obj) -> PlacementView | None:
+    """Everything placement, scheduling and failover read of a Cluster (see `PlacementView`),
+    or None while the cluster cannot take work. A Cluster event re-enqueues templates only when
+    this changed, so a status write that changes none of it (a heartbeat, a new
+    lastHeartbeatTime, a nodeSummary, apiEnablements) costs the sync controllers nothing."""
+    info = cluster_info(cluster)
+    if info is None:
+        return None
+    resources = json.dumps(info.resource_summary, sort_keys=True, separators=(",", ":"),
+                           default=str)
+    return PlacementView(info, tuple(t.added_s for t in info.taints), resources)
+
+
+def policy_may_place(placement: Any, cluster: ClusterInfo) -> bool:
+    """Whether a Karmada placement's cluster affinity admits `cluster` (any of
+    `clusterAffinities`): only then can a change of that cluster change what it places."""
+    spec = mapping(placement)
+    groups = items(spec.get("clusterAffinities"))
+    if not groups:
+        return cluster_matches_affinity(cluster, spec.get("clusterAffinity"))
+    return any(cluster_matches_affinity(cluster, mapping(g)) for g in groups)
+
+
+def kubefed_may_place(placement: Any, cluster: ClusterInfo) -> bool:
+    """Whether a KubeFed placement names or selects `cluster` (see `kubefed_placement`)."""
+    spec = mapping(placement)
+    if spec.get("clusters") is not None:
+        return cluster.name in {str(mapping(c).get("name")) for c in items(spec["clusters"])}
+    selector = spec.get("clusterSelector")
+    return selector is not None and matches_label_selector(selector, cluster.labels)
 
 
 def unjoining(cluster: Obj | None) -> bool:
@@ -391,6 +472,8 @@ class KubeFedController(_Base[FedKey]):
     record: KindRecord = field(init=False)
     kinds: Engine[str] = field(init=False)
     _work_kinds: dict[ObjectKey, GVK] = field(default_factory=dict, init=False)
+    # objects whose last plan left a cluster out with a reason (a cluster change may fix that)
+    _unsettled: set[FedKey] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -400,8 +483,25 @@ class KubeFedController(_Base[FedKey]):
                              "ReplicaSchedulingPreference", on_event=self._on_rsp)
         self.record = KindRecord(self.host, "kubefed")
         self.kinds = Engine("kubefed-kinds", self._reconcile_kind)
-        self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
+        self.shared.placement_handlers.append(self._on_placement)
         self.shared.work_handlers.append(self._on_work)
+
+    def _on_placement(self, cluster: str, before: ClusterInfo | None,
+                      after: ClusterInfo | None) -> None:
+        """What placement reads of `cluster` changed: reconcile the objects whose plan could
+        change — those with a Work there, those that name or select it (before or after), and
+        those whose last plan had failures — not every object."""
+        keys = {(r.kind, r.namespace, r.name) for r in self.shared.works_in(cluster, "kubefed")}
+        keys |= self._unsettled
+        views = [v for v in (before, after) if v is not None]
+        for kind, fed_type in list(self.types.items()):
+            for key in fed_type.informer.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+                placement = nested(fed_type.informer.get(key.namespace, key.name),
+                                   "spec", "placement")
+                if any(kubefed_may_place(placement, v) for v in views):
+                    keys.add((kind, key.namespace, key.name))
+        for fed_key in sorted(keys):
+            self.engine.enqueue(fed_key)
 
     async def run(self) -> None:
         try:
@@ -559,6 +659,7 @@ class KubeFedController(_Base[FedKey]):
         fed = fed_type.informer.get(namespace, name)
         ref = ResourceRef(fed_type.api_version, kind, namespace, name)
         existing = self.shared.works_of(ref)
+        self._unsettled.discard(key)
         if fed is None:
             for work in existing:
                 await self.delete_work(work)
@@ -580,6 +681,8 @@ class KubeFedController(_Base[FedKey]):
         plan = replace(plan, source=ref)
         if fed_type.target_scope == "Namespaced" and kind != "FederatedNamespace":
             plan = self._within_namespace(plan, clusters)
+        if plan.failures or plan.error_reason:
+            self._unsettled.add(key)
         desired = W.desired_works(plan)
         await self.write_works(desired, existing, plan)
         target = ResourceRef(fed_type.target_api_version, fed_type.target_kind,
@@ -656,6 +759,11 @@ class KarmadaController(_Base[TemplateKey]):
     _selected: set[GVK] = field(default_factory=set, init=False)  # by a live policy
     _work_kinds: dict[ObjectKey, GVK] = field(default_factory=dict, init=False)
     _swept: set[GVK] = field(default_factory=set, init=False)  # orphan Works looked for
+    # per template, the propagation policy (kind, namespace, name) its last plan came from
+    _policy_of: dict[TemplateKey, tuple[str, str, str]] = field(default_factory=dict,
+                                                                 init=False)
+    # templates whose last plan left a cluster out with a reason (a cluster change may fix that)
+    _unsettled: set[TemplateKey] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -673,10 +781,33 @@ class KarmadaController(_Base[TemplateKey]):
         self.bindings = BindingViews(self.host, template_of=self._template,
                                      policy_of=self._policy_for, works_of=self.shared.works_of,
                                      report_of=_report, now=lambda: rfc3339(time.time()))
-        self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
+        self.shared.placement_handlers.append(self._on_placement)
         self.shared.work_handlers.append(self._on_work)
         self.step = BindingStep(self.failover, time.time)
         self.shared.work_handlers.append(self.depsync.on_work)
+
+    def _on_placement(self, cluster: str, before: ClusterInfo | None,
+                      after: ClusterInfo | None) -> None:
+        """What placement reads of `cluster` changed: reconcile the templates whose plan could
+        change — those with a Work there, those whose policy's affinity admits it (before or
+        after), and those whose last plan had failures — not every template."""
+        keys = {(r.api_version, r.kind, r.namespace, r.name)
+                for r in self.shared.works_in(cluster, "karmada")}
+        keys |= self._unsettled
+        views = [v for v in (before, after) if v is not None]
+        admits: dict[tuple[str, str, str], bool] = {}
+        for key, policy_key in self._policy_of.items():
+            admitted = admits.get(policy_key)
+            if admitted is None:
+                kind, namespace, name = policy_key
+                policy = self.policies[kind].get(namespace or None, name)
+                placement = nested(policy, "spec", "placement")
+                admitted = admits[policy_key] = policy is None or any(
+                    policy_may_place(placement, v) for v in views)
+            if admitted:
+                keys.add(key)
+        for template_key in sorted(keys):
+            self.engine.enqueue(template_key)
 
     async def run(self) -> None:
         try:
@@ -846,6 +977,8 @@ class KarmadaController(_Base[TemplateKey]):
         existing = self.shared.works_of(ref)
         template = entry[0].get(namespace, name)
         self.bindings.enqueue(key)
+        self._unsettled.discard(key)
+        self._policy_of.pop(key, None)
         if template is None:
             self.step.forget(key)
             self._rebalanced(key, "ReferencedBindingNotFound")
@@ -867,6 +1000,9 @@ class KarmadaController(_Base[TemplateKey]):
             await self._unclaimed(template, existing)
             return
         await self.record.add((api_version, kind))
+        self._policy_of[key] = (str(policy.get("kind")),
+                                str(nested(policy, "metadata", "namespace") or ""),
+                                str(nested(policy, "metadata", "name")))
         await self.set_finalizer(template, api_version, True)
         overrides = [*self.policies["OverridePolicy"].list(),
                      *self.policies["ClusterOverridePolicy"].list()]
@@ -875,6 +1011,12 @@ class KarmadaController(_Base[TemplateKey]):
             source.get("metadata", {}).get("annotations", {}).pop(tether_annotation, None)
         finished = await self._bind(key, template, source, policy, policies, overrides, binding)
         plan = finished.plan
+        if (plan.failures or plan.error_reason or finished.recheck_at is not None
+                or finished.tasks_annotation or EVICTION_ANNOTATION in mapping(
+                    nested(template, "metadata", "annotations"))
+                or nested(policy, "spec", "placement", "workloadAffinity")):
+            # a cluster change may fix a failure, end an eviction, or move an affine peer
+            self._unsettled.add(key)
         await self.write_works(finished.desired, existing, plan)
         if finished.tasks_annotation is not None:
             await self._write_tasks(template, finished.tasks_annotation)
