@@ -91,9 +91,13 @@ async def pods_settled(hub: KubeClient) -> None:
     deadline = time.monotonic() + WAIT_S
     while True:
         pods = (await hub.request("GET", "/api/v1/pods")).get("items", [])
+        deployments = (await hub.request("GET", "/apis/apps/v1/deployments")).get("items", [])
         if all((p.get("spec") or {}).get("nodeName")
                and (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
-               for p in pods):
+               for p in pods) and all(
+                (d.get("status") or {}).get("observedGeneration") == d["metadata"].get("generation")
+                and (d.get("status") or {}).get("readyReplicas", 0)
+                == (d.get("spec") or {}).get("replicas", 1) for d in deployments):
             return
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the cluster's pods to settle")

@@ -51,6 +51,7 @@ from tether.kube import (
     ObjectKey,
     Unreachable,
     WatchEvent,
+    object_key,
     strip_managed_fields,
 )
 from tether.objects import Obj
@@ -69,7 +70,7 @@ from .model import (
     SOURCE_ANNOTATION,
 )
 from .ordering import delete_order, tier
-from .propagation import HubInformers, unjoining
+from .propagation import Echoes, HubInformers, unjoining
 
 log = logging.getLogger(__name__)
 STATUS_MANAGER = "tether-execution"
@@ -160,6 +161,9 @@ class WorkExecutor:
     _member_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _failures: dict[ObjectKey, int] = field(default_factory=dict)
     _views: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # cluster → executor_view
+    # own writes: Work status/finalizer (by ObjectKey), member objects (by (cluster, apiVersion,
+    # kind, namespace, name))
+    echoes: Echoes = field(default_factory=Echoes)
     _group: asyncio.TaskGroup | None = None
     # the hub namespace's Secrets (member credentials); None for a pull agent's executor
     secrets: Informer | None = field(init=False, default=None)
@@ -169,8 +173,12 @@ class WorkExecutor:
         self.clusters_engine = Engine("executor-clusters", self._reconcile_cluster)
         if self.member_client is None:
             self.secrets = Informer(self.host, "v1", "Secret", self.namespace)
-        self.shared.work_handlers.append(lambda e: self.engine.enqueue(e.key))
+        self.shared.work_handlers.append(self._on_work)
         self.shared.cluster_handlers.append(self._on_cluster)
+
+    def _on_work(self, event: WatchEvent) -> None:
+        if not self.echoes.echo(event.key, event):  # not just this executor's own status write
+            self.engine.enqueue(event.key)
 
     def _on_cluster(self, event: WatchEvent) -> None:
         """A Cluster event: the cluster's Works get another pass only when what this executor
@@ -296,13 +304,16 @@ class WorkExecutor:
         if entry is not None:
             return entry[0]
         informer = Informer(member.client, api_version, kind, label_selector=MEMBER_SELECTOR,
-                            on_event=lambda e: self._on_member(cluster, e),
+                            on_event=lambda e: self._on_member(cluster, api_version, kind, e),
                             transform=strip_managed_fields)
         assert self._group is not None
         member.informers[(api_version, kind)] = (informer, start_in(self._group, informer.run()))
         return informer
 
-    def _on_member(self, cluster: str, event: WatchEvent) -> None:
+    def _on_member(self, cluster: str, api_version: str, kind: str, event: WatchEvent) -> None:
+        if self.echoes.echo((cluster, api_version, kind, event.key.namespace, event.key.name),
+                            event):
+            return  # the object as this executor's apply just left it
         ref = str(nested(event.object, "metadata", "annotations", W.WORK_NAME_ANNOTATION) or "")
         namespace, _, name = ref.partition("/")
         if name and namespace == execution_namespace(cluster):
@@ -352,11 +363,12 @@ class WorkExecutor:
                       else [f for f in finalizers if f != W.EXECUTION_FINALIZER])
         meta = mapping(work.get("metadata"))
         try:
-            await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
-                                  {"metadata": {"finalizers": finalizers,
-                                                "resourceVersion": meta.get("resourceVersion")}},
-                                  namespace=str(meta.get("namespace")),
-                                  field_manager=STATUS_MANAGER)
+            written = await self.host.patch(
+                WORK_API_VERSION, "Work", str(meta.get("name")),
+                {"metadata": {"finalizers": finalizers,
+                              "resourceVersion": meta.get("resourceVersion")}},
+                namespace=str(meta.get("namespace")), field_manager=STATUS_MANAGER)
+            self.echoes.wrote(object_key(written), written)
         except Conflict:
             raise RequeueAfter(0.1) from None  # a newer Work is on its way through the informer
         except NotFound:
@@ -477,6 +489,7 @@ class WorkExecutor:
             fresh = not (caught_up and current is not None and W.is_subset(manifest, current))
             if fresh:
                 current = await client.apply(manifest, field_manager=FIELD_MANAGER, force=True)
+                self.echoes.wrote((cluster, api_version, kind, namespace or "", name), current)
         except KubeError as exc:
             reason, message = _error_outcome(manifest, exc)
             entry.update(reason=reason, message=message)
@@ -527,9 +540,11 @@ class WorkExecutor:
             return
         meta = mapping(work.get("metadata"))
         try:
-            await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
-                                  {"status": status}, namespace=str(meta.get("namespace")),
-                                  subresource="status", field_manager=STATUS_MANAGER)
+            written = await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
+                                            {"status": status},
+                                            namespace=str(meta.get("namespace")),
+                                            subresource="status", field_manager=STATUS_MANAGER)
+            self.echoes.wrote(object_key(written), written)
         except NotFound:
             pass
         if not errors and any(o.entry.get("identifier", {}).get("kind") in (

@@ -285,6 +285,36 @@ def unjoining(cluster: Obj | None) -> bool:
         mapping(meta.get("annotations")).get(UNJOIN_ANNOTATION))
 
 
+@dataclass
+class Echoes:
+    """The resourceVersions of a controller's own writes, by object: the watch event that only
+    echoes such a write needs no reconcile (the writer already knew its result)."""
+
+    _versions: dict[Any, str] = field(default_factory=dict)
+
+    def wrote(self, key: Any, obj: Any) -> None:
+        version = nested(obj, "metadata", "resourceVersion")
+        if version:
+            self._versions[key] = str(version)
+
+    def echo(self, key: Any, event: WatchEvent) -> bool:
+        """Whether `event` is the echo of the last write noted for `key` (forgotten then)."""
+        if event.type == "DELETED":
+            self._versions.pop(key, None)
+            return False
+        if self._versions.get(key) == event.resource_version:
+            del self._versions[key]
+            return True
+        return False
+
+
+def source_key_of(obj: Obj) -> tuple[str, str, str, str]:
+    """(apiVersion, kind, namespace, name): how the controllers note writes to their sources."""
+    meta = mapping(obj.get("metadata"))
+    return (str(obj.get("apiVersion")), str(obj.get("kind")), str(meta.get("namespace") or ""),
+            str(meta.get("name")))
+
+
 # shared apply steps ----------------------------------------------------------------------------
 
 
@@ -300,6 +330,8 @@ class _Base(Generic[K]):
     workers: int = 4
     engine: Engine[K] = field(init=False)
     _group: asyncio.TaskGroup | None = field(default=None, init=False)
+    # own writes to Works (by ObjectKey) and to sources (by `source_key_of`)
+    echoes: Echoes = field(default_factory=Echoes, init=False)
 
     def __post_init__(self) -> None:
         self.engine = Engine(self.name, self._counted, workers=self.workers)
@@ -362,13 +394,16 @@ class _Base(Generic[K]):
                 # the executor would add it with a PATCH of its own right after the create; once
                 # in this manager's applied fields it stays in every later apply of the Work
                 body["metadata"]["finalizers"] = [W.EXECUTION_FINALIZER]
-            writes.append(functools.partial(self.host.apply, body, field_manager=FIELD_MANAGER,
-                                            force=True))
+            writes.append(functools.partial(self._apply_work, body))
         for old in existing:
             key = object_key(old)
             if (key.namespace, key.name) not in wanted and W.work_cluster(old) not in keep:
                 writes.append(functools.partial(self.delete_work, old))
         await _bounded(writes)
+
+    async def _apply_work(self, body: Obj) -> None:
+        written = await self.host.apply(body, field_manager=FIELD_MANAGER, force=True)
+        self.echoes.wrote(object_key(written), written)
 
     def _pushed_to(self, cluster: str) -> bool:
         """Whether the hub's executor applies this cluster's Works (a joined push member)."""
@@ -402,9 +437,11 @@ class _Base(Generic[K]):
         patch = {"metadata": {"finalizers": finalizers,
                               "resourceVersion": meta.get("resourceVersion")}}
         try:
-            await self.host.patch(api_version, str(obj.get("kind")), str(meta.get("name")), patch,
-                                  namespace=str(meta.get("namespace") or "") or None,
-                                  field_manager=FIELD_MANAGER)
+            written = await self.host.patch(api_version, str(obj.get("kind")),
+                                            str(meta.get("name")), patch,
+                                            namespace=str(meta.get("namespace") or "") or None,
+                                            field_manager=FIELD_MANAGER)
+            self.echoes.wrote(source_key_of(written), written)
         except Conflict:
             raise RequeueAfter(0.1) from None  # a newer version is on its way through the informer
         except NotFound:
@@ -621,10 +658,12 @@ class KubeFedController(_Base[FedKey]):
                           works=works)
 
     def _on_federated(self, kind: str, event: WatchEvent) -> None:
-        self.engine.enqueue((kind, event.key.namespace, event.key.name))
         fed_type = self.types.get(kind)
         if fed_type is not None and fed_type.draining:
-            self.kinds.enqueue(kind)
+            self.kinds.enqueue(kind)  # a finalizer it let go may make the kind releasable
+        if self.echoes.echo(source_key_of(event.object), event):
+            return  # its finalizer or status, as this controller just wrote it
+        self.engine.enqueue((kind, event.key.namespace, event.key.name))
         if kind == "FederatedNamespace":  # the namespace's placement bounds its contents
             namespace = event.key.name
             for other, fed_type in list(self.types.items()):
@@ -638,9 +677,9 @@ class KubeFedController(_Base[FedKey]):
 
     def _on_work(self, event: WatchEvent) -> None:
         found = W.work_source(event.object)
+        echo = self.echoes.echo(event.key, event)
         if found is not None and found[0] == "kubefed":
             ref = found[1]
-            self.engine.enqueue((ref.kind, ref.namespace, ref.name))
             if event.type == "DELETED":
                 self._work_kinds.pop(event.key, None)
                 self.kinds.enqueue(ref.kind)
@@ -648,6 +687,8 @@ class KubeFedController(_Base[FedKey]):
                 self._work_kinds[event.key] = (ref.api_version, ref.kind)
                 if ref.kind not in self.types:
                     self._drain(ref.api_version, ref.kind)
+            if not echo:  # not just the Work as this controller wrote it
+                self.engine.enqueue((ref.kind, ref.namespace, ref.name))
 
     async def reconcile(self, key: FedKey) -> None:
         kind, namespace, name = key
@@ -727,7 +768,8 @@ class KubeFedController(_Base[FedKey]):
                 "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
                 "status": status}
         try:
-            await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+            written = await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+            self.echoes.wrote(source_key_of(written), written)
         except NotFound:
             pass
 
@@ -921,6 +963,13 @@ class KarmadaController(_Base[TemplateKey]):
         obj = event.object
         key = (str(obj.get("apiVersion")), str(obj.get("kind")), event.key.namespace,
                event.key.name)
+        if self.echoes.echo(key, event):
+            # its finalizer or status, as this controller just wrote it: no reconcile, but a
+            # finalizer let go may let the kind's watch go
+            self._seen[key] = _template_fingerprint(obj)
+            if key[:2] not in self._selected:
+                self.kinds.enqueue(key[:2])
+            return
         if event.type == "DELETED":
             self._seen.pop(key, None)
         else:
@@ -934,6 +983,7 @@ class KarmadaController(_Base[TemplateKey]):
 
     def _on_work(self, event: WatchEvent) -> None:
         found = W.work_source(event.object)
+        echo = self.echoes.echo(event.key, event)
         if found is not None and found[0] == "karmada":
             ref = found[1]
             key = (ref.api_version, ref.kind, ref.namespace, ref.name)
@@ -944,7 +994,7 @@ class KarmadaController(_Base[TemplateKey]):
             else:
                 self._work_kinds[event.key] = key[:2]
                 self._watch(key[:2])
-            if key in self._work_pending:
+            if echo or key in self._work_pending:  # echo: the Work as this controller wrote it
                 return
             self._work_pending.add(key)
             self.engine.enqueue(key, delay_s=WORK_EVENT_DELAY_S)
@@ -1219,10 +1269,11 @@ class KarmadaController(_Base[TemplateKey]):
         target_ns = str(meta.get("namespace") or "") or None
         if W.strip_volatile(old) != W.strip_volatile(report):
             text = json.dumps(report, separators=(",", ":"), sort_keys=True)
-            await self.host.patch(str(template.get("apiVersion")), str(template.get("kind")),
-                                  str(meta.get("name")),
-                                  {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
-                                  namespace=target_ns, field_manager=FIELD_MANAGER)
+            written = await self.host.patch(
+                str(template.get("apiVersion")), str(template.get("kind")), str(meta.get("name")),
+                {"metadata": {"annotations": {STATUS_ANNOTATION: text}}}, namespace=target_ns,
+                field_manager=FIELD_MANAGER)
+            self.echoes.wrote(source_key_of(written), written)
         if aggregated is None or not to_status:
             return
         status = {**aggregated, "conditions": _merge_condition(
@@ -1234,7 +1285,8 @@ class KarmadaController(_Base[TemplateKey]):
                 "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
                 "status": status}
         try:
-            await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+            written = await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+            self.echoes.wrote(source_key_of(written), written)
         except KubeError as exc:
             if exc.code not in (404, 405):  # kinds without a status subresource
                 raise
