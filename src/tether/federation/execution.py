@@ -30,6 +30,11 @@ Requests per Work pass are kept to what the Work needs: the credentials Secrets 
 informer on the hub namespace's Secrets (a GET only while it has not synced or misses one), and
 the namespaces known to exist in a member are remembered per member (forgotten with the member,
 and when an apply reports its namespace missing, after which the pass creates it and tries again).
+The conflict check needs no GET either: next to the cache of tether's objects, a metadata-only
+cache per (cluster, kind) of the objects *not* labelled managed-by tether says whether a name is
+taken by someone else (a GET only while one of the two has not synced), so a new object costs
+the member one server-side apply. The watch echo of the executor's own writes (its Work status,
+its applies) enqueues nothing.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ from .propagation import Echoes, HubInformers, unjoining
 log = logging.getLogger(__name__)
 STATUS_MANAGER = "tether-execution"
 MEMBER_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+FOREIGN_SELECTOR = f"{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
 # what tether puts on member objects, removed from those it leaves behind
@@ -92,6 +98,10 @@ class _Member:
     client: KubeClient
     informers: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
         default_factory=dict)
+    # per kind, the names of objects tether does not manage (metadata only): with both caches
+    # synced, a name in neither is free, and applying it needs no GET first
+    foreign: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
+        default_factory=dict)
     namespaces: set[str] = field(default_factory=set)  # known to exist in the member
 
 
@@ -100,6 +110,14 @@ class _Outcome:
     entry: Obj
     error_reason: str = ""
     error_message: str = ""
+
+
+def _name_and_labels(obj: Obj) -> Obj:
+    """What the foreign-object caches keep: enough to say an object exists and is not tether's."""
+    meta = mapping(obj.get("metadata"))
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion",
+                                               "uid") if k in meta}}
 
 
 def executor_view(cluster: Obj) -> tuple[Any, ...]:
@@ -203,7 +221,7 @@ class WorkExecutor:
         finally:
             self._group = None
             for member in self._members.values():
-                for _, task in member.informers.values():
+                for _, task in [*member.informers.values(), *member.foreign.values()]:
                     task.cancel()
             self._members.clear()
             await self.pool.aclose()
@@ -250,7 +268,7 @@ class WorkExecutor:
         member = self._members.pop(name, None)
         if member is None:
             return
-        tasks = [task for _, task in member.informers.values()]
+        tasks = [task for _, task in [*member.informers.values(), *member.foreign.values()]]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -308,6 +326,16 @@ class WorkExecutor:
                             transform=strip_managed_fields)
         assert self._group is not None
         member.informers[(api_version, kind)] = (informer, start_in(self._group, informer.run()))
+        return informer
+
+    def _watch_foreign(self, member: _Member, api_version: str, kind: str) -> Informer:
+        entry = member.foreign.get((api_version, kind))
+        if entry is not None:
+            return entry[0]
+        informer = Informer(member.client, api_version, kind, label_selector=FOREIGN_SELECTOR,
+                            transform=_name_and_labels)
+        assert self._group is not None
+        member.foreign[(api_version, kind)] = (informer, self._group.create_task(informer.run()))
         return informer
 
     def _on_member(self, cluster: str, api_version: str, kind: str, event: WatchEvent) -> None:
@@ -474,8 +502,11 @@ class WorkExecutor:
                 entry.update(reason="NoSuchResource", message=message)
                 return _Outcome(entry, "NoSuchResource", f"{_ref(manifest)}: {message}")
             informer = self._watch_kind(cluster, member, api_version, kind)
+            foreign = self._watch_foreign(member, api_version, kind)
             current = informer.get(namespace, name) if informer.synced else None
-            if current is None:
+            if current is None and informer.synced and foreign.synced:
+                current = foreign.get(namespace, name)  # None: nobody's, nothing to look up
+            elif current is None:
                 try:
                     current = await client.get(api_version, kind, name, namespace)
                 except NotFound:
