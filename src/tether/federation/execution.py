@@ -335,7 +335,7 @@ class WorkExecutor:
         informer = Informer(member.client, api_version, kind, label_selector=FOREIGN_SELECTOR,
                             transform=_name_and_labels)
         assert self._group is not None
-        member.foreign[(api_version, kind)] = (informer, self._group.create_task(informer.run()))
+        member.foreign[(api_version, kind)] = (informer, start_in(self._group, informer.run()))
         return informer
 
     def _on_member(self, cluster: str, api_version: str, kind: str, event: WatchEvent) -> None:

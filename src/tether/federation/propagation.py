@@ -102,6 +102,9 @@ RESYNC_S = 60.0
 SKIPPED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 WORK_WRITES = 8  # Work applies/deletes of one source in flight at once
 WORK_EVENT_DELAY_S = 0.1  # a source's Work events within this long: one reconcile
+# a Work reporting success while others of its source have not reported yet: the source is
+# reconciled within this long (or sooner, when the last one reports), not once per Work
+WORK_PROGRESS_DELAY_S = 2.0
 K = TypeVar("K")
 
 
@@ -332,6 +335,9 @@ class _Base(Generic[K]):
     _group: asyncio.TaskGroup | None = field(default=None, init=False)
     # own writes to Works (by ObjectKey) and to sources (by `source_key_of`)
     echoes: Echoes = field(default_factory=Echoes, init=False)
+    # Works whose executor has not reported on their current generation, and how many per source
+    _unreported: set[ObjectKey] = field(default_factory=set, init=False)
+    _unreported_of: dict[ResourceRef, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.engine = Engine(self.name, self._counted, workers=self.workers)
@@ -349,6 +355,36 @@ class _Base(Generic[K]):
 
     async def reconcile(self, key: K) -> None:
         raise NotImplementedError
+
+    def work_event(self, event: WatchEvent, dialect: str, key: Callable[[ResourceRef], K]) -> None:
+        """A Work of `dialect` changed: reconcile its source — soon (WORK_EVENT_DELAY_S, events
+        within it coalesced), or, when the Work only reports success while others of the same
+        source have not reported yet, within WORK_PROGRESS_DELAY_S: a burst of reports makes
+        one reconcile after the last, not one per Work. The controller's own writes (their
+        echo) make none."""
+        found = W.work_source(event.object)
+        if found is None or found[0] != dialect:
+            return
+        ref = found[1]
+        reported = event.type != "DELETED" and W.reported(event.object)
+        was_waiting = event.key in self._unreported
+        waiting = event.type != "DELETED" and not reported
+        if waiting != was_waiting:
+            count = self._unreported_of.get(ref, 0) + (1 if waiting else -1)
+            if waiting:
+                self._unreported.add(event.key)
+            else:
+                self._unreported.discard(event.key)
+            if count > 0:
+                self._unreported_of[ref] = count
+            else:
+                self._unreported_of.pop(ref, None)
+        if self.echoes.echo(event.key, event):
+            return  # the Work as this controller just wrote it
+        progress = (reported and W.applied_ok(event.object)
+                    and self._unreported_of.get(ref, 0) > 0)
+        self.engine.enqueue_within(key(ref), WORK_PROGRESS_DELAY_S if progress
+                                   else WORK_EVENT_DELAY_S)
 
     def all_keys(self) -> Iterable[K]:
         raise NotImplementedError
@@ -677,7 +713,6 @@ class KubeFedController(_Base[FedKey]):
 
     def _on_work(self, event: WatchEvent) -> None:
         found = W.work_source(event.object)
-        echo = self.echoes.echo(event.key, event)
         if found is not None and found[0] == "kubefed":
             ref = found[1]
             if event.type == "DELETED":
@@ -687,8 +722,7 @@ class KubeFedController(_Base[FedKey]):
                 self._work_kinds[event.key] = (ref.api_version, ref.kind)
                 if ref.kind not in self.types:
                     self._drain(ref.api_version, ref.kind)
-            if not echo:  # not just the Work as this controller wrote it
-                self.engine.enqueue((ref.kind, ref.namespace, ref.name))
+        self.work_event(event, "kubefed", lambda ref: (ref.kind, ref.namespace, ref.name))
 
     async def reconcile(self, key: FedKey) -> None:
         kind, namespace, name = key
@@ -792,7 +826,6 @@ class KarmadaController(_Base[TemplateKey]):
     bindings: BindingViews = field(init=False)
     # per template, what its last event showed apart from tether's own status annotation
     _seen: dict[TemplateKey, str] = field(default_factory=dict, init=False)
-    _work_pending: set[TemplateKey] = field(default_factory=set, init=False)
     failover: FailoverSettings = field(default_factory=FailoverSettings)
     step: BindingStep = field(init=False)
     # templates to schedule afresh (WorkloadRebalancer), with who waits for the outcome
@@ -983,21 +1016,18 @@ class KarmadaController(_Base[TemplateKey]):
 
     def _on_work(self, event: WatchEvent) -> None:
         found = W.work_source(event.object)
-        echo = self.echoes.echo(event.key, event)
         if found is not None and found[0] == "karmada":
             ref = found[1]
-            key = (ref.api_version, ref.kind, ref.namespace, ref.name)
+            kind = (ref.api_version, ref.kind)
             if event.type == "DELETED":
                 self._work_kinds.pop(event.key, None)
-                if key[:2] not in self._selected:
-                    self.kinds.enqueue(key[:2])
+                if kind not in self._selected:
+                    self.kinds.enqueue(kind)
             else:
-                self._work_kinds[event.key] = key[:2]
-                self._watch(key[:2])
-            if echo or key in self._work_pending:  # echo: the Work as this controller wrote it
-                return
-            self._work_pending.add(key)
-            self.engine.enqueue(key, delay_s=WORK_EVENT_DELAY_S)
+                self._work_kinds[event.key] = kind
+                self._watch(kind)
+        self.work_event(event, "karmada",
+                        lambda ref: (ref.api_version, ref.kind, ref.namespace, ref.name))
 
     def _template(self, key: TemplateKey) -> Obj | None:
         entry = self.templates.get((key[0], key[1]))
@@ -1008,7 +1038,6 @@ class KarmadaController(_Base[TemplateKey]):
                                        *self.policies["ClusterPropagationPolicy"].list()])
 
     async def reconcile(self, key: TemplateKey) -> None:
-        self._work_pending.discard(key)
         api_version, kind, namespace, name = key
         ref = ResourceRef(api_version, kind, namespace, name)
         if namespace in SKIPPED_NAMESPACES or namespace.startswith("tether-"):
