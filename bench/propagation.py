@@ -3,7 +3,7 @@
     python bench/propagation.py                    # every run, print a table, update docs/benchmarks.md
     python bench/propagation.py --no-write         # run and print only
     python bench/propagation.py --clusters 10 --templates 100
-    python bench/propagation.py --py-spy DIR       # also sample the hub (and host API) with py-spy
+    python bench/propagation.py --py-spy DIR       # also sample the hub, host API and a member daemon
 
 One host cluster and N member clusters are started through the real CLI as local clusters
 (`tether local up`; the host in its own daemon, the members PER_DAEMON to a daemon, one node each),
@@ -407,7 +407,8 @@ async def bench_run(fleet: Fleet, host: KubeClient, members: dict[str, KubeClien
             sampler_task = group.create_task(sampler.run())
             if spy is not None:
                 spies = [PySpy(hub_pid, spy / f"hub-{run}.txt"),
-                         PySpy(host_pid, spy / f"host-{run}.txt")]
+                         PySpy(host_pid, spy / f"host-{run}.txt"),
+                         PySpy(member_pids[0], spy / f"members0-{run}.txt")]
                 await asyncio.sleep(0.5)  # py-spy attaches
             result.hub_rss_kb = (status_kb(hub_pid, "VmRSS"), 0)
             cpu0 = (cpu_s(hub_pid), cpu_s(host_pid), sum(cpu_s(p) for p in member_pids))

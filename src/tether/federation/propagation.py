@@ -1296,7 +1296,10 @@ class KarmadaController(_Base[TemplateKey]):
             report["aggregatedStatus"] = aggregated
         meta = mapping(template.get("metadata"))
         target_ns = str(meta.get("namespace") or "") or None
-        if W.strip_volatile(old) != W.strip_volatile(report):
+        # a new template only waiting for its first reports gets its status with them: an
+        # "Applying" replaced a moment later would be one more write per template in a burst
+        first_wait = not old and cond["reason"] == "Applying"
+        if not first_wait and W.strip_volatile(old) != W.strip_volatile(report):
             text = json.dumps(report, separators=(",", ":"), sort_keys=True)
             written = await self.host.patch(
                 str(template.get("apiVersion")), str(template.get("kind")), str(meta.get("name")),
