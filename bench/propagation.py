@@ -96,11 +96,17 @@ def ok(result: subprocess.CompletedProcess[str], what: str) -> str:
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process (not its children); 0 when it is gone."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of one process; zeros when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def status_kb(pid: int, key: str) -> int:
@@ -298,6 +304,9 @@ class Run:
     settle_s: float = 0.0  # last pair -> hub quiet
     hub_cpu_s: float = 0.0  # over create -> quiet
     hub_cpu_to_last_s: float = 0.0  # over create -> last pair
+    hub_sys_s: float = 0.0  # the part of hub_cpu_s spent in the kernel (system time)
+    host_sys_s: float = 0.0
+    members_sys_s: float = 0.0
     host_cpu_s: float = 0.0
     members_cpu_s: float = 0.0
     hub_rss_kb: tuple[int, int] = (0, 0)  # before, max sampled during
@@ -412,6 +421,8 @@ async def bench_run(fleet: Fleet, host: KubeClient, members: dict[str, KubeClien
                 await asyncio.sleep(0.5)  # py-spy attaches
             result.hub_rss_kb = (status_kb(hub_pid, "VmRSS"), 0)
             cpu0 = (cpu_s(hub_pid), cpu_s(host_pid), sum(cpu_s(p) for p in member_pids))
+            sys0 = (cpu_split(hub_pid)[1], cpu_split(host_pid)[1],
+                    sum(cpu_split(p)[1] for p in member_pids))
             todo = iter(names)
             t_start = time.monotonic()
 
@@ -448,6 +459,9 @@ async def bench_run(fleet: Fleet, host: KubeClient, members: dict[str, KubeClien
             result.hub_cpu_s = cpu_s(hub_pid) - cpu0[0]
             result.host_cpu_s = cpu_s(host_pid) - cpu0[1]
             result.members_cpu_s = sum(cpu_s(p) for p in member_pids) - cpu0[2]
+            result.hub_sys_s = cpu_split(hub_pid)[1] - sys0[0]
+            result.host_sys_s = cpu_split(host_pid)[1] - sys0[1]
+            result.members_sys_s = sum(cpu_split(p)[1] for p in member_pids) - sys0[2]
             sampler_task.cancel()
             result.hub_rss_kb = (result.hub_rss_kb[0], sampler.max_kb)
             result.hub_hwm_kb = status_kb(hub_pid, "VmHWM")
@@ -631,6 +645,11 @@ def print_run(r: Run) -> None:
           f"members CPU {r.members_cpu_s:.1f} s; missing {r.missing}; reconciles {r.reconciles}",
           flush=True)
     pairs = r.clusters * r.templates
+    print(f"     CPU per pair: hub {1000 * r.hub_cpu_s / pairs:.2f} ms "
+          f"({100 * r.hub_sys_s / max(r.hub_cpu_s, 1e-9):.0f}% kernel), host API "
+          f"{1000 * r.host_cpu_s / pairs:.2f} ms ({100 * r.host_sys_s / max(r.host_cpu_s, 1e-9):.0f}% "
+          f"kernel), members {1000 * r.members_cpu_s / pairs:.2f} ms "
+          f"({100 * r.members_sys_s / max(r.members_cpu_s, 1e-9):.0f}% kernel)", flush=True)
     print(f"     host writes: {r.host_writes:,} = {r.host_writes / pairs:.1f} per pair: "
           + ", ".join(f"{k} {v / pairs:.2f}" for k, v in sorted(r.host_write_kinds.items(),
                                                                 key=lambda kv: -kv[1])), flush=True)
