@@ -316,3 +316,50 @@ async def test_a_new_work_for_a_push_member_is_written_once(hub: KubeClient) -> 
         finally:
             for task in tasks:
                 task.cancel()
+
+
+async def test_a_burst_of_works_is_applied_and_each_reported_once(hub: KubeClient) -> None:
+    """An executor (here a pull agent's, its member the same cluster) given 30 Works at once:
+    every object arrives, and every Work gets exactly one status write (counted as MODIFIED
+    events with a new resourceVersion), whatever order applies and reports take."""
+    from tether.federation.execution import WorkExecutor
+
+    await add_cluster(hub, NAME, pull=True)
+    await hub.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "burst"}})
+    shared = HubInformers(hub)
+    executor = WorkExecutor(hub, shared, HubMetrics(), pull_cluster=NAME, member_client=hub,
+                            resync_s=3600)
+    events: dict[str, list[str]] = {}
+    shared.work_handlers.append(
+        lambda e: events.setdefault(e.key.name, []).append(e.type))
+    names = [f"cm-{i:02d}" for i in range(30)]
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(t) for t in (shared.run(), executor.run())]
+        try:
+            await wait_for(lambda: shared.synced, "the informers")
+            for name in names:
+                manifest = configmap(name, "a")
+                manifest["metadata"]["namespace"] = "burst"
+                manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "tether"
+                await hub.create({
+                    "apiVersion": WORK_API_VERSION, "kind": "Work",
+                    "metadata": {"name": name, "namespace": f"tether-es-{NAME}",
+                                 "labels": {"work.tether.io/managed-by": "tether-hub"},
+                                 "finalizers": [EXECUTION_FINALIZER]},
+                    "spec": {"workload": {"manifests": [manifest]}}})
+
+            def reported() -> bool:
+                return all(
+                    any(c.get("type") == "Applied" and c.get("status") == "True"
+                        for c in ((shared.works.get(f"tether-es-{NAME}", n) or {}).get("status")
+                                  or {}).get("conditions", []))
+                    for n in names)
+
+            await wait_for(reported, "every Work reported Applied")
+            await wait_for(executor.engine.settled, "the executor to settle")
+            present = await hub.list_objects("v1", "ConfigMap", "burst")
+            assert {c["metadata"]["name"] for c in present} >= set(names)
+            assert {n: events[n] for n in names} == {n: ["ADDED", "MODIFIED"] for n in names}
+        finally:
+            for task in tasks:
+                task.cancel()

@@ -170,3 +170,17 @@ async def test_a_reconcile_that_starts_first_satisfies_enqueue_within() -> None:
     engine.enqueue("a")  # a change of its own runs it now
     await _run_until(engine, lambda: seen == ["a"] and engine.settled())
     assert seen == ["a"]
+
+
+async def test_a_key_deferred_during_its_reconcile_runs_after_it() -> None:
+    seen: list[str] = []
+
+    async def reconcile(key: str) -> None:
+        seen.append(key)
+        if len(seen) == 1:
+            engine.defer(key)  # "write my report once nothing else waits"
+
+    engine: Engine[str] = Engine("t", reconcile)
+    engine.enqueue("a")
+    await _run_until(engine, lambda: len(seen) == 2 and engine.settled())
+    assert seen == ["a", "a"]

@@ -56,6 +56,7 @@ class Engine(Generic[K]):
         self._has_work = asyncio.Event()
         self._active: set[K] = set()
         self._dirty: set[K] = set()  # changed while being reconciled: run again after
+        self._later: set[K] = set()  # asked for in the background lane while being reconciled
         self._failures: dict[K, int] = {}
         self._delayed: list[_Delayed[K]] = []
         self._coalesced: dict[K, float] = {}  # key -> when its coalesced enqueue is due
@@ -85,6 +86,16 @@ class Engine(Generic[K]):
             self._queued[key] = False  # promoted; its background entry is skipped when reached
             self._urgent.append(key)
             self._has_work.set()
+
+    def defer(self, key: K) -> None:
+        """Queue `key` in the background lane (served when no change waits), also when it is
+        being reconciled right now: then once that reconcile ends. For work a reconcile puts
+        off until the front lane is empty (unlike a resync, which the running reconcile
+        satisfies)."""
+        if key in self._active:
+            self._later.add(key)
+        else:
+            self.enqueue(key, background=True)
 
     def enqueue_within(self, key: K, delay_s: float) -> None:
         """Reconcile `key` within `delay_s`, once for however many such calls: a call whose
@@ -118,6 +129,10 @@ class Engine(Generic[K]):
     def depth(self) -> int:
         """Keys waiting (not counting those being reconciled): a queue-depth gauge reads it."""
         return len(self._queued)
+
+    def backlog(self) -> int:
+        """About how many keys wait in the front lane (changes, not resyncs)."""
+        return len(self._urgent)
 
     def idle(self) -> bool:
         return not self._queued and not self._active and not self._dirty
@@ -177,9 +192,13 @@ class Engine(Generic[K]):
             finally:
                 self._active.discard(key)
                 self.reconciled += 1
+                later = key in self._later
+                self._later.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.enqueue(key)
+                elif later:
+                    self.enqueue(key, background=True)
             # Reconciles that never await would otherwise drain the whole backlog in one step
             # of the event loop, starving everything else (an API server shares the loop).
             await asyncio.sleep(0)

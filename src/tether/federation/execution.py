@@ -34,7 +34,9 @@ The conflict check needs no GET either: next to the cache of tether's objects, a
 cache per (cluster, kind) of the objects *not* labelled managed-by tether says whether a name is
 taken by someone else (a GET only while one of the two has not synced), so a new object costs
 the member one server-side apply. The watch echo of the executor's own writes (its Work status,
-its applies) enqueues nothing.
+its applies) enqueues nothing. In a burst (other Works waiting in the front lane), a Work's first
+report is kept in memory and written from the background lane once nothing else waits: objects
+reach members first, statuses follow, each Work's status still written once.
 """
 
 from __future__ import annotations
@@ -178,6 +180,8 @@ class WorkExecutor:
     _members: dict[str, _Member] = field(default_factory=dict)
     _member_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _failures: dict[ObjectKey, int] = field(default_factory=dict)
+    # Works applied in a burst whose first report waits: (generation, outcomes)
+    _unwritten: dict[ObjectKey, tuple[int, list[_Outcome]]] = field(default_factory=dict)
     _views: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # cluster → executor_view
     # own writes: Work status/finalizer (by ObjectKey), member objects (by (cluster, apiVersion,
     # kind, namespace, name))
@@ -353,6 +357,7 @@ class WorkExecutor:
         work = self.shared.works.get(key.namespace, key.name)
         if work is None:
             self._failures.pop(key, None)
+            self._unwritten.pop(key, None)
             return
         cluster_name = W.work_cluster(work)
         cluster = self.shared.clusters.get(None, cluster_name)
@@ -371,11 +376,23 @@ class WorkExecutor:
                 await self._set_finalizer(work, False)
                 return
             await self._set_finalizer(work, True)
-            outcomes = await self._apply(work, cluster_name, member)
+            unwritten = self._unwritten.pop(key, None)
+            known = unwritten[1] if unwritten and unwritten[0] == W.generation(work) else None
+            outcomes = await self._apply(work, cluster_name, member, known)
         except _ClusterUnreachable as exc:
             outcomes = [_Outcome({}, "ClusterUnreachable", str(exc))]
+            known = None
         except Unreachable as exc:
             outcomes = [_Outcome({}, "ClusterUnreachable", exc.message)]
+            known = None
+        if (known is None and self.engine.backlog() and not W.reported(work)
+                and not any(o.error_reason for o in outcomes)):
+            # A burst: more Works wait to be applied. Their objects reaching the members comes
+            # first; this first report waits in the background lane (served once nothing else
+            # waits) and is then written as it is now, without applying again.
+            self._unwritten[key] = (W.generation(work), outcomes)
+            self.engine.defer(key)
+            return
         await self._write_status(work, outcomes)
         if any(o.error_reason for o in outcomes):
             failures = self._failures.get(key, 0) + 1
@@ -438,11 +455,14 @@ class WorkExecutor:
                     raise
         member.namespaces.add(namespace)
 
-    async def _apply(self, work: Obj, cluster: str, member: _Member) -> list[_Outcome]:
+    async def _apply(self, work: Obj, cluster: str, member: _Member,
+                     known: list[_Outcome] | None = None) -> list[_Outcome]:
+        """`known`: outcomes of applying this generation not yet written to the Work's status
+        (they stand for it: only drift is applied again)."""
         ensure = str(nested(work, "metadata", "annotations", W.ENSURE_NAMESPACE_ANNOTATION)
                      or "")
         cached = ensure in member.namespaces
-        outcomes = await self._apply_pass(work, cluster, member, ensure)
+        outcomes = await self._apply_pass(work, cluster, member, ensure, known)
         if any(o.error_reason == "NamespaceNotFound" for o in outcomes):
             # a namespace remembered as existing is gone (deleted in the member): forget what
             # this member's namespaces were, and when the remembered one spared the lookup, try
@@ -452,8 +472,8 @@ class WorkExecutor:
                 outcomes = await self._apply_pass(work, cluster, member, ensure)
         return outcomes
 
-    async def _apply_pass(self, work: Obj, cluster: str, member: _Member,
-                          ensure: str) -> list[_Outcome]:
+    async def _apply_pass(self, work: Obj, cluster: str, member: _Member, ensure: str,
+                          known: list[_Outcome] | None = None) -> list[_Outcome]:
         client = member.client
         spec = mapping(work.get("spec"))
         annotations = mapping(nested(work, "metadata", "annotations"))
@@ -462,10 +482,13 @@ class WorkExecutor:
         abort = spec.get("conflictResolution", "Abort") != "Overwrite"
         gen = W.generation(work)
         applied_cond = W.condition(work, W.APPLIED)
-        caught_up = (applied_cond is not None and applied_cond.get("status") == "True"
-                     and applied_cond.get("observedGeneration") == gen)
+        caught_up = known is not None or (
+            applied_cond is not None and applied_cond.get("status") == "True"
+            and applied_cond.get("observedGeneration") == gen)
+        entries = ([o.entry for o in known] if known is not None
+                   else items(nested(work, "status", "manifestStatuses")))
         previous = {int(mapping(mapping(e).get("identifier")).get("ordinal", -1)): mapping(e)
-                    for e in items(nested(work, "status", "manifestStatuses"))}
+                    for e in entries}
         changed_at = _float(annotations.get(W.CHANGED_AT_ANNOTATION))
         manifests = [thaw(m) for m in items(nested(spec, "workload", "manifests"))]
         order = sorted(range(len(manifests)), key=lambda i: tier(str(manifests[i].get("kind"))))
