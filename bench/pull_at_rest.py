@@ -9,7 +9,9 @@ server for agents (`--tunnel-agent-port 0 --tunnel-frontend-port 0`) as its own 
 member registers in pull mode as a user would: `tether token create --print-register-command`
 on the hub side, then that `tether register` command with the member's kubeconfig, which starts
 the member's agent as its own background process (default period 10 s). Once every Cluster is
-Ready, the bench waits `--settle` seconds (first heartbeats, API discovery) and then measures
+Ready, `--templates` ConfigMaps (default 100) are propagated to every member by one Karmada
+PropagationPolicy (the agents apply them) and the bench waits until every Work reports Applied,
+so that the hub has objects to re-reconcile if it did; then it waits `--settle` seconds (first heartbeats, API discovery) and then measures
 over `--window` seconds: the hub's CPU (utime + stime from /proc) as a fraction of one core,
 the host API server's CPU, and the writes to the host's store by resource (from its SQLite log):
 at rest those should be the Leases only. Everything is on 127.0.0.1; every wait is bounded;
@@ -20,6 +22,7 @@ each data dir with `tether local down`).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import concurrent.futures
 import contextlib
 import json
@@ -34,23 +37,29 @@ from pathlib import Path
 
 from propagation import (
     DOC,
+    NAMESPACE,
     PER_DAEMON,
     Daemon,
+    configmap,
     cpu_s,
     free_cluster_slots,
     gauge,
     machine,
     ok,
+    policy,
     start_daemon,
     store_writes,
     tether,
 )
+from tether.kube import KubeClient
 
 SECTION = "## Pull members at rest"
 REGISTER_PARALLEL = 4
 SETTLE_S = 30.0
 WINDOW_S = 60.0
 GOAL_CORE = 0.02
+TEMPLATES = 100
+PROPAGATE_TIMEOUT_S = 900.0
 
 
 @dataclass
@@ -63,6 +72,8 @@ class Result:
     writes: dict[str, int]
     setup_s: dict[str, float] = field(default_factory=dict)
     hub_rss_kb: int = 0
+    label: str = ""  # which code was measured, e.g. "before" / "after" a change
+    templates: int = 0  # ConfigMaps propagated to every member before the window
 
 
 def metrics(port: int) -> str:
@@ -71,7 +82,7 @@ def metrics(port: int) -> str:
     return text
 
 
-def measure(members: int, settle_s: float, window_s: float) -> Result:
+def measure(members: int, settle_s: float, window_s: float, templates: int) -> Result:
     with tempfile.TemporaryDirectory(prefix="tether-bench-pull-") as tmp:
         root = Path(tmp)
         daemons: list[Daemon] = []
@@ -125,6 +136,10 @@ def measure(members: int, settle_s: float, window_s: float) -> Result:
                     raise RuntimeError(f"not every member became Ready:\n{metrics(port)[-800:]}")
                 time.sleep(0.5)
             setup["all Ready"] = time.monotonic() - t0
+            if templates:
+                t0 = time.monotonic()
+                asyncio.run(propagate(host, names, templates))
+                setup[f"{templates} templates applied everywhere"] = time.monotonic() - t0
             print("setup: " + ", ".join(f"{k} {v:.0f} s" for k, v in setup.items()), flush=True)
             time.sleep(settle_s)
             agent_pids = [int((agents / "agents" / n / "agent.pid").read_text()) for n in names]
@@ -158,12 +173,38 @@ def measure(members: int, settle_s: float, window_s: float) -> Result:
                 tether("local", "down", "--data-dir", str(daemon.data_dir))
 
 
+async def propagate(host: Daemon, names: list[str], templates: int) -> None:
+    """`templates` ConfigMaps on the hub, propagated to every member by one PropagationPolicy;
+    returns once every Work reports Applied (bounded by PROPAGATE_TIMEOUT_S)."""
+    async with KubeClient.from_kubeconfig(host.kubeconfig, "host") as client:
+        await client.create({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": NAMESPACE}})
+        await client.create(policy(names), namespace=NAMESPACE)
+        for i in range(templates):
+            await client.create(configmap(f"rest-{i:04d}", "rest"), namespace=NAMESPACE)
+        want = templates * len(names)
+        deadline = time.monotonic() + PROPAGATE_TIMEOUT_S
+        while True:
+            works = await client.list_objects("work.tether.io/v1alpha1", "Work")
+            done = sum(1 for w in works if any(
+                c.get("type") == "Applied" and c.get("status") == "True"
+                for c in (w.get("status") or {}).get("conditions") or []))
+            if done >= want:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {done} of {want} Works applied")
+            await asyncio.sleep(2)
+
+
 def report(result: Result) -> str:
     per_min = {k: v * 60 / result.window_s for k, v in sorted(result.writes.items(),
                                                               key=lambda kv: -kv[1])}
     writes = ", ".join(f"{k} {v:.0f}/min" for k, v in per_min.items()) or "none"
     met = "met" if result.hub_core <= GOAL_CORE else "NOT met"
-    return (f"{result.members} pull members at rest, over {result.window_s:.0f} s: hub "
+    label = f"{result.label}: " if result.label else ""
+    placed = (f" ({result.templates} ConfigMaps propagated to each, "
+              f"{result.templates * result.members:,} Works)" if result.templates else "")
+    return (f"{label}{result.members} pull members at rest{placed}, over {result.window_s:.0f} s: hub "
             f"{100 * result.hub_core:.2f} % of a core (goal <= {100 * GOAL_CORE:.0f} %: {met}), "
             f"RSS {result.hub_rss_kb / 1024:.0f} MB; host API server {100 * result.host_core:.2f} %; "
             f"the {result.members} agents together {100 * result.agents_core:.2f} %; "
@@ -189,6 +230,8 @@ as a fraction of one core, and every write to the host's store in it.
 
     python bench/pull_at_rest.py                      # 50 members; rewrites this section
     python bench/pull_at_rest.py --members 10 --window 30 --no-write
+    python bench/pull_at_rest.py --label after --json after.json --no-write
+    python bench/pull_at_rest.py --from-json before.json after.json   # write saved results
 """
     old = DOC.read_text()
     start = old.find(SECTION + "\n")
@@ -217,15 +260,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--members", type=int, default=50)
+    parser.add_argument("--templates", type=int, default=TEMPLATES,
+                        help="ConfigMaps propagated to every member before the window (0: none)")
     parser.add_argument("--settle", type=float, default=SETTLE_S)
     parser.add_argument("--window", type=float, default=WINDOW_S)
     parser.add_argument("--json", type=Path, help="also save the result as JSON here")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--label", default="", help="name this result (e.g. before/after)")
+    parser.add_argument("--from-json", type=Path, nargs="+",
+                        help="no run: write these saved results (in this order) to the doc")
     args = parser.parse_args()
+    if args.from_json:
+        saved = [Result(**json.loads(p.read_text())) for p in args.from_json]
+        for result in saved:
+            print(report(result))
+        if not args.no_write:
+            write_doc(saved, NOTES)
+        return
     free = free_cluster_slots()
     if free < args.members + 1:
         sys.exit(f"{args.members + 1} local clusters needed, {free} address ranges free")
-    result = measure(args.members, args.settle, args.window)
+    result = measure(args.members, args.settle, args.window, args.templates)
+    result.templates = args.templates
+    result.label = args.label
     print(report(result), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(result.__dict__))
