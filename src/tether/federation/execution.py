@@ -36,7 +36,8 @@ taken by someone else (a GET only while one of the two has not synced), so a new
 the member one server-side apply. The watch echo of the executor's own writes (its Work status,
 its applies) enqueues nothing. In a burst (other Works waiting in the front lane), a Work's first
 report is kept in memory and written from the background lane once nothing else waits: objects
-reach members first, statuses follow, each Work's status still written once.
+reach members first, statuses follow, each Work's status still written once (a change of the
+member object meanwhile drops the kept report: the object is applied and reported anew).
 """
 
 from __future__ import annotations
@@ -349,7 +350,9 @@ class WorkExecutor:
         ref = str(nested(event.object, "metadata", "annotations", W.WORK_NAME_ANNOTATION) or "")
         namespace, _, name = ref.partition("/")
         if name and namespace == execution_namespace(cluster):
-            self.engine.enqueue(ObjectKey(namespace, name))
+            key = ObjectKey(namespace, name)
+            self._unwritten.pop(key, None)  # changed in the member: apply and report anew
+            self.engine.enqueue(key)
 
     # works -------------------------------------------------------------------------------
 
@@ -375,17 +378,19 @@ class WorkExecutor:
                 await self._delete_member_objects(work, member.client)
                 await self._set_finalizer(work, False)
                 return
-            await self._set_finalizer(work, True)
             unwritten = self._unwritten.pop(key, None)
-            known = unwritten[1] if unwritten and unwritten[0] == W.generation(work) else None
-            outcomes = await self._apply(work, cluster_name, member, known)
+            if unwritten is not None and unwritten[0] == W.generation(work):
+                # applied in a burst, report put off: write it as it was (a change in the member
+                # since would have dropped it, and the objects would be applied again instead)
+                await self._write_status(work, unwritten[1])
+                return
+            await self._set_finalizer(work, True)
+            outcomes = await self._apply(work, cluster_name, member)
         except _ClusterUnreachable as exc:
             outcomes = [_Outcome({}, "ClusterUnreachable", str(exc))]
-            known = None
         except Unreachable as exc:
             outcomes = [_Outcome({}, "ClusterUnreachable", exc.message)]
-            known = None
-        if (known is None and self.engine.backlog() and not W.reported(work)
+        if (self.engine.backlog() and not W.reported(work)
                 and not any(o.error_reason for o in outcomes)):
             # A burst: more Works wait to be applied. Their objects reaching the members comes
             # first; this first report waits in the background lane (served once nothing else
@@ -455,14 +460,11 @@ class WorkExecutor:
                     raise
         member.namespaces.add(namespace)
 
-    async def _apply(self, work: Obj, cluster: str, member: _Member,
-                     known: list[_Outcome] | None = None) -> list[_Outcome]:
-        """`known`: outcomes of applying this generation not yet written to the Work's status
-        (they stand for it: only drift is applied again)."""
+    async def _apply(self, work: Obj, cluster: str, member: _Member) -> list[_Outcome]:
         ensure = str(nested(work, "metadata", "annotations", W.ENSURE_NAMESPACE_ANNOTATION)
                      or "")
         cached = ensure in member.namespaces
-        outcomes = await self._apply_pass(work, cluster, member, ensure, known)
+        outcomes = await self._apply_pass(work, cluster, member, ensure)
         if any(o.error_reason == "NamespaceNotFound" for o in outcomes):
             # a namespace remembered as existing is gone (deleted in the member): forget what
             # this member's namespaces were, and when the remembered one spared the lookup, try
@@ -472,8 +474,8 @@ class WorkExecutor:
                 outcomes = await self._apply_pass(work, cluster, member, ensure)
         return outcomes
 
-    async def _apply_pass(self, work: Obj, cluster: str, member: _Member, ensure: str,
-                          known: list[_Outcome] | None = None) -> list[_Outcome]:
+    async def _apply_pass(self, work: Obj, cluster: str, member: _Member,
+                          ensure: str) -> list[_Outcome]:
         client = member.client
         spec = mapping(work.get("spec"))
         annotations = mapping(nested(work, "metadata", "annotations"))
@@ -482,13 +484,10 @@ class WorkExecutor:
         abort = spec.get("conflictResolution", "Abort") != "Overwrite"
         gen = W.generation(work)
         applied_cond = W.condition(work, W.APPLIED)
-        caught_up = known is not None or (
-            applied_cond is not None and applied_cond.get("status") == "True"
-            and applied_cond.get("observedGeneration") == gen)
-        entries = ([o.entry for o in known] if known is not None
-                   else items(nested(work, "status", "manifestStatuses")))
+        caught_up = (applied_cond is not None and applied_cond.get("status") == "True"
+                     and applied_cond.get("observedGeneration") == gen)
         previous = {int(mapping(mapping(e).get("identifier")).get("ordinal", -1)): mapping(e)
-                    for e in entries}
+                    for e in items(nested(work, "status", "manifestStatuses"))}
         changed_at = _float(annotations.get(W.CHANGED_AT_ANNOTATION))
         manifests = [thaw(m) for m in items(nested(spec, "workload", "manifests"))]
         order = sorted(range(len(manifests)), key=lambda i: tier(str(manifests[i].get("kind"))))
