@@ -70,7 +70,7 @@ STEADY_PAIRS_PER_S = 200.0  # steady runs: templates/s = this / clusters (a load
 MAX_PAIRS = 50_000  # runs with clusters x templates above this are skipped (bounded time)
 GOAL_P99_S = 1.0
 RUN_TIMEOUT_S = 420.0  # a run's wait for the last object
-SETTLE_TIMEOUT_S = 30.0  # after the last object: wait for the hub to go quiet, at most this
+SETTLE_TIMEOUT_S = 240.0  # after the last object: wait for the hub to go quiet, at most this
 SETTLE_CPU = 0.05  # "quiet": hub CPU below this fraction of one core over SETTLE_WINDOW_S
 SETTLE_WINDOW_S = 1.0
 READY_TIMEOUT_S = 60.0
