@@ -73,6 +73,7 @@ RUN_TIMEOUT_S = 420.0  # a run's wait for the last object
 SETTLE_TIMEOUT_S = 240.0  # after the last object: wait for the hub to go quiet, at most this
 SETTLE_CPU = 0.05  # "quiet": hub CPU below this fraction of one core over SETTLE_WINDOW_S
 SETTLE_WINDOW_S = 1.0
+SETTLE_WRITES = 2  # "quiet": at most this many host writes in the window (node and Lease heartbeats)
 READY_TIMEOUT_S = 60.0
 SAMPLE_S = 0.2
 STEADY_S = 20.0  # after a fleet's last run: the hub's CPU over this long, nothing changing
@@ -446,11 +447,14 @@ async def bench_run(fleet: Fleet, host: KubeClient, members: dict[str, KubeClien
                     await done.wait()
             t_last = time.monotonic()
             hub_cpu_last = cpu_s(hub_pid)
-            # the hub keeps writing status after the objects are there: wait until it is quiet
+            # the hub keeps writing status after the objects are there (Work statuses put off
+            # in a burst, the templates' status): wait until it is quiet and the host's store
+            # has taken no write for a whole window
             while time.monotonic() - t_last < SETTLE_TIMEOUT_S:
-                c0 = cpu_s(hub_pid)
+                c0, w0 = cpu_s(hub_pid), store_writes(host_db)[0]
                 await asyncio.sleep(SETTLE_WINDOW_S)
-                if cpu_s(hub_pid) - c0 < SETTLE_CPU * SETTLE_WINDOW_S:
+                if (cpu_s(hub_pid) - c0 < SETTLE_CPU * SETTLE_WINDOW_S
+                        and store_writes(host_db)[0] - w0 <= SETTLE_WRITES):
                     break
             t_quiet = time.monotonic() - SETTLE_WINDOW_S
             for spied in spies:
@@ -786,8 +790,9 @@ Earlier runs' objects stay (the hub keeps them in its caches and resyncs them).
   every run.
 - "wall" is first create sent -> last object present (ready for Deployments); "(creates)" is how
   long the {CREATE_CONCURRENCY} creators took to get every template acknowledged; "settle" is how long
-  the hub kept working (CPU above {SETTLE_CPU:.0%} of a core) after the last object: Work status
-  writes and the template's status annotation.
+  the hub kept working (CPU above {SETTLE_CPU:.0%} of a core, or the host's store taking writes)
+  after the last object: Work status writes (in a burst put off until the objects are out) and
+  the templates' status annotation.
 - Hub CPU is user + system seconds of the `hub run` process from the first create until it is
   quiet, also per (template, member) pair. Hub RSS: before the first run -> the highest VmRSS
   sampled every {SAMPLE_S} s in the run (peak = VmHWM since start). "host API / members CPU" is
