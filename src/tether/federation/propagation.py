@@ -29,9 +29,14 @@ Alongside, the Karmada side writes each claimed template's ResourceBinding view 
 and propagates dependencies in Works of their own (`depsync`).
 
 Writes are kept to what changed: Works are applied (and deleted) concurrently, at most
-`WORK_WRITES` at a time; a new Work for a push member is created with the executor's finalizer
-already on it; a template is reconciled again shortly after its Works change (their events
-coalesced), not on the events of its own status annotation.
+`WORK_WRITES` at a time; a new Work is created with the executor's finalizer already on it (for
+push and pull members alike), so it is written once; a new template's first status waits for its
+first reports. Reconciles are kept to what could change: the watch echo of a controller's own
+write (a Work, a finalizer, a status) enqueues nothing (`Echoes`); a source is reconciled shortly
+after its Works change, their events coalesced, and a burst of success reports makes one
+reconcile after the last (`engine.enqueue_within`); a Cluster event reaches the controllers only
+when the cluster's `placement_view` changed, and then re-enqueues only the sources whose plan it
+could change (with a Work there, whose placement admits it, or whose last plan had failures).
 """
 
 from __future__ import annotations
