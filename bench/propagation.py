@@ -624,9 +624,13 @@ def run_fleet(clusters: int, plan: list[tuple[str, int, float]], spy: Path | Non
                                f"{type(exc).__name__}: {exc}")
         finally:
             if fleet.hub_log.exists():
-                tracebacks = fleet.hub_log.read_text().count("Traceback")
+                text = fleet.hub_log.read_text()
+                tracebacks = text.count("Traceback")
                 if tracebacks:
                     print(f"   hub log has {tracebacks} traceback(s)", file=sys.stderr)
+                if fleet.hub is not None and fleet.hub.poll() is not None:
+                    print(f"   the hub exited ({fleet.hub.returncode}); its log ends:\n"
+                          f"{text[-3000:]}", file=sys.stderr)
             stop_fleet(fleet)
 
 
