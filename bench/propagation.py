@@ -3,7 +3,7 @@
     python bench/propagation.py                    # every run, print a table, update docs/benchmarks.md
     python bench/propagation.py --no-write         # run and print only
     python bench/propagation.py --clusters 10 --templates 100
-    python bench/propagation.py --py-spy DIR       # also sample the hub (and host API) with py-spy
+    python bench/propagation.py --py-spy DIR       # also sample the hub, host API and a member daemon
 
 One host cluster and N member clusters are started through the real CLI as local clusters
 (`tether local up`; the host in its own daemon, the members PER_DAEMON to a daemon, one node each),
@@ -70,9 +70,10 @@ STEADY_PAIRS_PER_S = 200.0  # steady runs: templates/s = this / clusters (a load
 MAX_PAIRS = 50_000  # runs with clusters x templates above this are skipped (bounded time)
 GOAL_P99_S = 1.0
 RUN_TIMEOUT_S = 420.0  # a run's wait for the last object
-SETTLE_TIMEOUT_S = 30.0  # after the last object: wait for the hub to go quiet, at most this
+SETTLE_TIMEOUT_S = 240.0  # after the last object: wait for the hub to go quiet, at most this
 SETTLE_CPU = 0.05  # "quiet": hub CPU below this fraction of one core over SETTLE_WINDOW_S
 SETTLE_WINDOW_S = 1.0
+SETTLE_WRITES = 2  # "quiet": at most this many host writes in the window (node and Lease heartbeats)
 READY_TIMEOUT_S = 60.0
 SAMPLE_S = 0.2
 STEADY_S = 20.0  # after a fleet's last run: the hub's CPU over this long, nothing changing
@@ -96,11 +97,17 @@ def ok(result: subprocess.CompletedProcess[str], what: str) -> str:
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process (not its children); 0 when it is gone."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of one process; zeros when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def status_kb(pid: int, key: str) -> int:
@@ -224,8 +231,7 @@ def start_fleet(root: Path, clusters: int, fleet: Fleet) -> None:
         time.sleep(0.05)
     line = next(x for x in fleet.hub_log.read_text().splitlines() if "http://127.0.0.1:" in x)
     fleet.hub_port = int(line.rsplit(":", 1)[1].strip())
-    want = f"tether_clusters_ready {clusters}\n"
-    while want not in fleet.hub_metrics():
+    while gauge(fleet.hub_metrics(), "tether_clusters_ready") < clusters:
         if fleet.hub.poll() is not None or time.monotonic() > deadline + 60:
             raise RuntimeError(f"not every member became Ready:\n{fleet.hub_metrics()[-1500:]}")
         time.sleep(0.2)
@@ -299,6 +305,9 @@ class Run:
     settle_s: float = 0.0  # last pair -> hub quiet
     hub_cpu_s: float = 0.0  # over create -> quiet
     hub_cpu_to_last_s: float = 0.0  # over create -> last pair
+    hub_sys_s: float = 0.0  # the part of hub_cpu_s spent in the kernel (system time)
+    host_sys_s: float = 0.0
+    members_sys_s: float = 0.0
     host_cpu_s: float = 0.0
     members_cpu_s: float = 0.0
     hub_rss_kb: tuple[int, int] = (0, 0)  # before, max sampled during
@@ -315,9 +324,15 @@ class Run:
         return f"{self.clusters} x {self.templates:,} {self.kind}s{paced}"
 
 
+def gauge(metrics: str, name: str) -> float:
+    """One unlabelled sample of the hub's /metrics text (NaN when absent)."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", metrics, re.M)
+    return float(found[1]) if found else math.nan
+
+
 def reconcile_counts(metrics: str) -> dict[str, int]:
-    return {m[1]: int(m[2]) for m in re.finditer(
-        r'^tether_reconcile_total\{controller="([^"]+)"\} (\d+)$', metrics, re.M)}
+    return {m[1]: int(float(m[2])) for m in re.finditer(
+        r'^tether_reconcile_total\{controller="([^"]+)"\} (\S+)$', metrics, re.M)}
 
 
 class Sampler:
@@ -402,10 +417,13 @@ async def bench_run(fleet: Fleet, host: KubeClient, members: dict[str, KubeClien
             sampler_task = group.create_task(sampler.run())
             if spy is not None:
                 spies = [PySpy(hub_pid, spy / f"hub-{run}.txt"),
-                         PySpy(host_pid, spy / f"host-{run}.txt")]
+                         PySpy(host_pid, spy / f"host-{run}.txt"),
+                         PySpy(member_pids[0], spy / f"members0-{run}.txt")]
                 await asyncio.sleep(0.5)  # py-spy attaches
             result.hub_rss_kb = (status_kb(hub_pid, "VmRSS"), 0)
             cpu0 = (cpu_s(hub_pid), cpu_s(host_pid), sum(cpu_s(p) for p in member_pids))
+            sys0 = (cpu_split(hub_pid)[1], cpu_split(host_pid)[1],
+                    sum(cpu_split(p)[1] for p in member_pids))
             todo = iter(names)
             t_start = time.monotonic()
 
@@ -429,11 +447,14 @@ async def bench_run(fleet: Fleet, host: KubeClient, members: dict[str, KubeClien
                     await done.wait()
             t_last = time.monotonic()
             hub_cpu_last = cpu_s(hub_pid)
-            # the hub keeps writing status after the objects are there: wait until it is quiet
+            # the hub keeps writing status after the objects are there (Work statuses put off
+            # in a burst, the templates' status): wait until it is quiet and the host's store
+            # has taken no write for a whole window
             while time.monotonic() - t_last < SETTLE_TIMEOUT_S:
-                c0 = cpu_s(hub_pid)
+                c0, w0 = cpu_s(hub_pid), store_writes(host_db)[0]
                 await asyncio.sleep(SETTLE_WINDOW_S)
-                if cpu_s(hub_pid) - c0 < SETTLE_CPU * SETTLE_WINDOW_S:
+                if (cpu_s(hub_pid) - c0 < SETTLE_CPU * SETTLE_WINDOW_S
+                        and store_writes(host_db)[0] - w0 <= SETTLE_WRITES):
                     break
             t_quiet = time.monotonic() - SETTLE_WINDOW_S
             for spied in spies:
@@ -442,6 +463,9 @@ async def bench_run(fleet: Fleet, host: KubeClient, members: dict[str, KubeClien
             result.hub_cpu_s = cpu_s(hub_pid) - cpu0[0]
             result.host_cpu_s = cpu_s(host_pid) - cpu0[1]
             result.members_cpu_s = sum(cpu_s(p) for p in member_pids) - cpu0[2]
+            result.hub_sys_s = cpu_split(hub_pid)[1] - sys0[0]
+            result.host_sys_s = cpu_split(host_pid)[1] - sys0[1]
+            result.members_sys_s = sum(cpu_split(p)[1] for p in member_pids) - sys0[2]
             sampler_task.cancel()
             result.hub_rss_kb = (result.hub_rss_kb[0], sampler.max_kb)
             result.hub_hwm_kb = status_kb(hub_pid, "VmHWM")
@@ -600,9 +624,13 @@ def run_fleet(clusters: int, plan: list[tuple[str, int, float]], spy: Path | Non
                                f"{type(exc).__name__}: {exc}")
         finally:
             if fleet.hub_log.exists():
-                tracebacks = fleet.hub_log.read_text().count("Traceback")
+                text = fleet.hub_log.read_text()
+                tracebacks = text.count("Traceback")
                 if tracebacks:
                     print(f"   hub log has {tracebacks} traceback(s)", file=sys.stderr)
+                if fleet.hub is not None and fleet.hub.poll() is not None:
+                    print(f"   the hub exited ({fleet.hub.returncode}); its log ends:\n"
+                          f"{text[-3000:]}", file=sys.stderr)
             stop_fleet(fleet)
 
 
@@ -625,6 +653,11 @@ def print_run(r: Run) -> None:
           f"members CPU {r.members_cpu_s:.1f} s; missing {r.missing}; reconciles {r.reconciles}",
           flush=True)
     pairs = r.clusters * r.templates
+    print(f"     CPU per pair: hub {1000 * r.hub_cpu_s / pairs:.2f} ms "
+          f"({100 * r.hub_sys_s / max(r.hub_cpu_s, 1e-9):.0f}% kernel), host API "
+          f"{1000 * r.host_cpu_s / pairs:.2f} ms ({100 * r.host_sys_s / max(r.host_cpu_s, 1e-9):.0f}% "
+          f"kernel), members {1000 * r.members_cpu_s / pairs:.2f} ms "
+          f"({100 * r.members_sys_s / max(r.members_cpu_s, 1e-9):.0f}% kernel)", flush=True)
     print(f"     host writes: {r.host_writes:,} = {r.host_writes / pairs:.1f} per pair: "
           + ", ".join(f"{k} {v / pairs:.2f}" for k, v in sorted(r.host_write_kinds.items(),
                                                                 key=lambda kv: -kv[1])), flush=True)
@@ -761,8 +794,9 @@ Earlier runs' objects stay (the hub keeps them in its caches and resyncs them).
   every run.
 - "wall" is first create sent -> last object present (ready for Deployments); "(creates)" is how
   long the {CREATE_CONCURRENCY} creators took to get every template acknowledged; "settle" is how long
-  the hub kept working (CPU above {SETTLE_CPU:.0%} of a core) after the last object: Work status
-  writes and the template's status annotation.
+  the hub kept working (CPU above {SETTLE_CPU:.0%} of a core, or the host's store taking writes)
+  after the last object: Work status writes (in a burst put off until the objects are out) and
+  the templates' status annotation.
 - Hub CPU is user + system seconds of the `hub run` process from the first create until it is
   quiet, also per (template, member) pair. Hub RSS: before the first run -> the highest VmRSS
   sampled every {SAMPLE_S} s in the run (peak = VmHWM since start). "host API / members CPU" is

@@ -141,3 +141,46 @@ async def test_the_timer_stops_when_cancelled_as_it_is_woken(steps: int) -> None
     timer.cancel()
     done, _ = await asyncio.wait({timer}, timeout=5)
     assert timer in done and timer.cancelled()
+
+
+async def test_enqueue_within_coalesces_to_the_earliest_deadline() -> None:
+    seen: list[str] = []
+
+    async def reconcile(key: str) -> None:
+        seen.append(key)
+
+    engine: Engine[str] = Engine("t", reconcile)
+    for _ in range(5):
+        engine.enqueue_within("a", 60.0)  # many reports of parts of one whole
+    engine.enqueue_within("a", 0.01)  # the last part: moves the deadline up
+    engine.enqueue_within("a", 30.0)  # later than the one set: changes nothing
+    await _run_until(engine, lambda: seen == ["a"] and engine.settled())
+    assert seen == ["a"], "one reconcile; the later deadlines were satisfied by it"
+
+
+async def test_a_reconcile_that_starts_first_satisfies_enqueue_within() -> None:
+    seen: list[str] = []
+
+    async def reconcile(key: str) -> None:
+        seen.append(key)
+
+    engine: Engine[str] = Engine("t", reconcile)
+    engine.enqueue_within("a", 60.0)
+    assert not engine.settled()
+    engine.enqueue("a")  # a change of its own runs it now
+    await _run_until(engine, lambda: seen == ["a"] and engine.settled())
+    assert seen == ["a"]
+
+
+async def test_a_key_deferred_during_its_reconcile_runs_after_it() -> None:
+    seen: list[str] = []
+
+    async def reconcile(key: str) -> None:
+        seen.append(key)
+        if len(seen) == 1:
+            engine.defer(key)  # "write my report once nothing else waits"
+
+    engine: Engine[str] = Engine("t", reconcile)
+    engine.enqueue("a")
+    await _run_until(engine, lambda: len(seen) == 2 and engine.settled())
+    assert seen == ["a", "a"]

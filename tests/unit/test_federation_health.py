@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tether.federation.health import (
     FALSE,
+    MESSAGE_READY,
     REASON_NOT_REACHABLE,
     REASON_NOT_READY,
     REASON_READY,
@@ -16,6 +17,7 @@ from tether.federation.health import (
     HealthTimers,
     Memory,
     Probe,
+    agent_status,
     next_ready,
     plan_taints,
     stale_ready,
@@ -105,3 +107,39 @@ def test_node_summary() -> None:
     summary, resources = summarize_nodes(nodes)
     assert summary == {"totalNum": 2, "readyNum": 1}
     assert resources == {"allocatable": {"cpu": "2500m", "memory": "5Gi", "pods": "120"}}
+
+
+# agent_status: what a pull agent writes after one probe ---------------------------------------
+
+READY_CURRENT = {"type": "Ready", "status": "True", "reason": REASON_READY,
+                 "message": MESSAGE_READY, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+AT_REST = {"conditions": [READY_CURRENT], "kubernetesVersion": "v1.37.1",
+           "lastHeartbeatTime": "2026-01-01T00:10:00Z"}
+OBSERVED_READY = Condition("Ready", TRUE, REASON_READY, MESSAGE_READY, 1_800_000_000)
+
+
+def test_agent_status_is_none_when_nothing_changed() -> None:
+    assert agent_status(AT_REST, {"kubernetesVersion": "v1.37.1"}, OBSERVED_READY,
+                        1_800_000_000) is None
+    assert agent_status(AT_REST, {}, OBSERVED_READY, 1_800_000_000) is None
+
+
+def test_agent_status_writes_what_changed_with_a_new_heartbeat_time() -> None:
+    new = agent_status(AT_REST, {"kubernetesVersion": "v1.38.0"}, OBSERVED_READY, 1_800_000_000)
+    assert new is not None and new["kubernetesVersion"] == "v1.38.0"
+    assert new["lastHeartbeatTime"] == "2027-01-15T08:00:00Z"
+    # the Ready condition kept its transition time: it did not change
+    assert new["conditions"] == [READY_CURRENT]
+
+
+def test_agent_status_ready_flip_gets_a_new_transition_time() -> None:
+    down = Condition("Ready", FALSE, REASON_NOT_READY, "sick", 1_800_000_000)
+    new = agent_status(AT_REST, {}, down, 1_800_000_000)
+    assert new is not None
+    [cond] = new["conditions"]
+    assert (cond["status"], cond["lastTransitionTime"]) == (FALSE, "2027-01-15T08:00:00Z")
+
+
+def test_agent_status_forced_heartbeat_when_the_lease_is_not_renewed() -> None:
+    new = agent_status(AT_REST, {}, OBSERVED_READY, 1_800_000_000, heartbeat=True)
+    assert new is not None and new["lastHeartbeatTime"] == "2027-01-15T08:00:00Z"

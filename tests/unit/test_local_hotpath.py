@@ -249,3 +249,30 @@ def test_server_side_apply_shares_no_container_with_its_inputs(typed: bool) -> N
     assert updated["data"] == {"k": "w", "z": "1"}
     assert not set(_containers(created)) & set(_containers(applied))
     assert not set(_containers(updated)) & (set(_containers(live)) | set(_containers(again)))
+
+
+# watch events written together --------------------------------------------------------------
+
+
+def test_queued_watch_events_go_out_in_one_chunk_of_whole_lines(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    request = watching.WatchRequest(
+        storage_key="/configmaps", namespace=None, since=str(store.revision),
+        matches=lambda obj: True, timeout_s=None, bookmarks=False, send_initial_events=False,
+        initial=list, bookmark_object=lambda rv: {"metadata": {"resourceVersion": rv}},
+        render=lambda obj, first: obj)
+
+    async def first_chunks() -> list[bytes]:
+        chunks = watching.stream(store, request)
+        for name in ("a", "b", "c"):  # a burst: three writes before the stream runs
+            store.create("/configmaps", "default", name, {"metadata": {"name": name}})
+        first = await anext(chunks)
+        store.create("/configmaps", "default", "d", {"metadata": {"name": "d"}})
+        second = await anext(chunks)
+        await chunks.aclose()  # type: ignore[attr-defined]
+        return [first, second]
+
+    first, second = asyncio.run(first_chunks())
+    lines = first.decode().splitlines()
+    assert [json.loads(line)["object"]["metadata"]["name"] for line in lines] == ["a", "b", "c"]
+    assert first.endswith(b"\n") and json.loads(second)["object"]["metadata"]["name"] == "d"

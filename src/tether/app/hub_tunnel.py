@@ -2,8 +2,10 @@
 
 - Agent port (`tunnel_agent_port`, TLS with the agent PKI's server certificate, no client
   certificates): an agent must present `authorization: Bearer <its hub ServiceAccount token>`;
-  tokens map to the cluster name and its API host (`bootstrap.agent_tokens`, refreshed every
-  `REFRESH_S`), and identity binding refuses an agent claiming another cluster's name or host.
+  tokens map to the cluster name and its API host (`bootstrap.agent_tokens_of`, kept current
+  from informers on Clusters and the hub namespace's Secrets: recomputed when a Cluster's spec
+  or a Secret changes, never polled), and identity binding refuses an agent claiming another
+  cluster's name or host.
 - Plain-HTTP CONNECT on 127.0.0.1:`tunnel_frontend_port` for the hub's own clients, routed with
   `destHost` (the member API host the agent announced); this is the pull Clusters' `proxyURL`.
   Every CONNECT needs `Proxy-Authorization` with a cluster's proxy token (407 without), and may
@@ -39,7 +41,7 @@ from tether.app.hubconfig import HubConfig
 from tether.federation import bootstrap
 from tether.federation.crds import CLUSTER_API_VERSION
 from tether.federation.health import HUB_NAMESPACE, PROXY_HEADER_PREFIX
-from tether.kube import KubeClient, KubeError
+from tether.kube import Informer, KubeClient, KubeError, WatchEvent
 from tether.net import daemon
 from tether.objects import Obj
 from tether.tunnel import pki
@@ -55,7 +57,7 @@ from tether.tunnel.tls import ServerTLS
 
 log = logging.getLogger(__name__)
 
-REFRESH_S = 2.0
+RETRY_S = 2.0  # after a failed update of credentials or grants
 FIELD_MANAGER = "tether-hub-tunnel"
 PROXY_AUTH_KEY = PROXY_HEADER_PREFIX + "Proxy-Authorization"
 KEY_FILE = "proxy-token.key"
@@ -126,6 +128,11 @@ class HubTunnel:
         self.policy = ConnectPolicy(allowed=parse_patterns(config.tunnel_allowed_destinations))
         self._key = b""
         self._frontend_port = 0
+        self._cluster_specs: dict[str, Any] = {}
+        self._changed = asyncio.Event()
+        self.clusters = Informer(host, CLUSTER_API_VERSION, "Cluster", on_event=self._on_cluster)
+        self.secrets = Informer(host, "v1", "Secret", HUB_NAMESPACE,
+                                on_event=lambda _e: self._changed.set())
         # the frontend's required listener; the hub's clients use the plain CONNECT port
         self._uds = str(Path(tempfile.mkdtemp(prefix="tether-hub-")) / "tunnel.sock")
 
@@ -143,21 +150,40 @@ class HubTunnel:
         return out
 
     async def refresh_tokens(self) -> None:
+        """Agent credentials and proxy grants from lists of the host (before the informers
+        have synced)."""
+        clusters = await self.host.list_objects(CLUSTER_API_VERSION, "Cluster")
+        secrets_ = await self.host.list_objects("v1", "Secret", HUB_NAMESPACE)
+        await self._refresh(clusters, secrets_)
+
+    async def _refresh(self, clusters: list[Obj], secrets_: list[Obj]) -> None:
         if self._frontend_port:
-            await self.refresh_grants()
-        found = await bootstrap.agent_tokens(self.host)
+            await self.refresh_grants(clusters, secrets_)
+        self._set_tokens(bootstrap.agent_tokens_of(secrets_, clusters))
+
+    def _set_tokens(self, found: dict[str, frozenset[str]]) -> None:
         fresh = {**self._sentinel, **found}
         if fresh != self._tokens:
             self._tokens.clear()
             self._tokens.update(fresh)
             log.info("tunnel: %d agent credential(s)", len(found))
 
-    async def refresh_grants(self) -> None:
+    def _on_cluster(self, event: WatchEvent) -> None:
+        # only the spec matters here (endpoint, proxyURL, secretRef): status writes change nothing
+        name = event.key.name
+        spec = None if event.type == "DELETED" else event.object.get("spec")
+        if self._cluster_specs.get(name) != spec or event.type == "DELETED":
+            self._cluster_specs.pop(name, None)
+            if spec is not None:
+                self._cluster_specs[name] = spec
+            self._changed.set()
+
+    async def refresh_grants(self, clusters: list[Obj], secrets_: list[Obj]) -> None:
         """Proxy tokens for the pull Clusters behind this listener: granted to their API
         endpoints, and written to their credentials Secrets where missing or stale."""
         grants: dict[str, set[Destination]] = {}
         wanted: dict[tuple[str, str], str] = {}  # (namespace, Secret) → token
-        for cluster in await self.host.list_objects(CLUSTER_API_VERSION, "Cluster"):
+        for cluster in clusters:
             name = str((cluster.get("metadata") or {}).get("name", ""))
             spec = cluster.get("spec") or {}
             dest = api_destination(str(spec.get("apiEndpoint", "")))
@@ -170,9 +196,8 @@ class HubTunnel:
         self.policy.replace_grants(grants)
         if not wanted:
             return
-        # one list for the usual namespace; a Secret elsewhere is read on its own
-        found = {(HUB_NAMESPACE, str(s["metadata"]["name"])): s
-                 for s in await self.host.list_objects("v1", "Secret", HUB_NAMESPACE)}
+        # the usual namespace's Secrets are at hand; a Secret elsewhere is read on its own
+        found = {(HUB_NAMESPACE, str(s["metadata"]["name"])): s for s in secrets_}
         for (namespace, secret), token in wanted.items():
             await self._write_token(namespace, secret, token, found.get((namespace, secret)))
 
@@ -223,7 +248,7 @@ class HubTunnel:
         frontend_port = self.server.ports.get("plain-connect", c.tunnel_frontend_port)
         self._frontend_port = frontend_port
         try:
-            await self.refresh_grants()
+            await self.refresh_tokens()
         except KubeError as exc:
             log.warning("tunnel: reading pull Clusters failed: %s", exc)
         _, advertised_port = _split(c.tunnel_advertise or "127.0.0.1", agent_port)
@@ -238,13 +263,25 @@ class HubTunnel:
                 f"CONNECT {proxy_url}")
 
     async def run(self) -> None:
+        """Follow Clusters and the hub namespace's Secrets; recompute credentials and grants
+        from the caches when a Cluster's spec or a Secret changed (no request at rest)."""
         try:
-            while True:
-                await asyncio.sleep(REFRESH_S)
-                try:
-                    await self.refresh_tokens()
-                except KubeError as exc:
-                    log.warning("tunnel: reading agent credentials failed: %s", exc)
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.clusters.run())
+                group.create_task(self.secrets.run())
+                for informer in (self.clusters, self.secrets):  # a partial view drops tokens
+                    while not informer.synced:
+                        with contextlib.suppress(TimeoutError):
+                            await informer.wait_synced(60)
+                while True:
+                    await self._changed.wait()
+                    self._changed.clear()
+                    try:
+                        await self._refresh(self.clusters.list(), self.secrets.list())
+                    except KubeError as exc:
+                        log.warning("tunnel: updating agent credentials failed: %s", exc)
+                        await asyncio.sleep(RETRY_S)
+                        self._changed.set()
         finally:
             if self.server is not None:
                 with contextlib.suppress(Exception):

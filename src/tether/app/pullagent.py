@@ -1,12 +1,15 @@
 """The pull-mode agent: runs next to a member, dials out to the hub, does the hub's work there.
 
 One TaskGroup, three parts:
-- **status**: every `period_s` (10 s) probe the member (`health.probe`: `/readyz`, `/healthz`),
-  renew the Lease `tether-system/<cluster>` on the hub (the registry controller creates it; the
-  agent may only renew its own; the hub's health controller turns the Cluster Unknown when it
-  and the status heartbeat go stale) and write the Cluster's status: Ready condition,
-  `lastHeartbeatTime`, kubernetesVersion, nodeSummary, resourceSummary, apiEnablements
-  (`health.collect_status`);
+- **status**: every `period_s` (10 s) probe the member (`health.probe`: `/readyz`, `/healthz`)
+  and renew the Lease `tether-system/<cluster>` on the hub (the registry controller creates it;
+  the agent may only renew its own; the hub's health controller turns the Cluster Unknown when
+  it goes stale). The Cluster's status (Ready condition, kubernetesVersion, nodeSummary,
+  resourceSummary, apiEnablements: `health.collect_status`, the API discovery at most every
+  `apis_period_s`; `lastHeartbeatTime` = when it was written) is written only when something
+  in it changed, as Karmada's agent and the kubelet split the Lease from the status: a member
+  at rest costs the hub one Lease renewal per period and nothing else. When the Lease cannot be
+  renewed, the status is written anyway, so it carries the heartbeat;
 - **works**: the push executor (`execution.WorkExecutor`) restricted to this cluster, watching
   Works in `tether-es-<cluster>` on the hub, applying them to the member and writing
   per-manifest status back on the hub;
@@ -29,18 +32,16 @@ from tether.federation.crds import CLUSTER_API_VERSION, WORK_API_VERSION, execut
 from tether.federation.execution import WorkExecutor
 from tether.federation.health import (
     HUB_NAMESPACE,
-    READY,
+    agent_status,
     collect_status,
-    find_condition,
     observed_condition,
     probe,
-    with_condition,
 )
 from tether.federation.metrics import HubMetrics
 from tether.federation.propagation import HubInformers
 from tether.kube import Informer, KubeClient, KubeError, NotFound
 from tether.objects import Obj
-from tether.objects.times import micro_time, rfc3339
+from tether.objects.times import micro_time
 from tether.tunnel.agent import AgentConfig, TunnelAgent
 from tether.tunnel.tls import ClientTLS
 
@@ -54,6 +55,7 @@ LEASE_API = "coordination.k8s.io/v1"
 class AgentSettings:
     cluster: str
     period_s: float = 10.0  # lease renewal and status
+    apis_period_s: float = 60.0  # the member's API discovery (apiEnablements) at most this often
     lease_duration_s: int = 40
     probe_timeout_s: float = 5.0
     resync_s: float = 60.0
@@ -91,6 +93,9 @@ class PullAgent:
     settings: AgentSettings
     clock: Any = time.time
     heartbeats: int = 0
+    status_writes: int = 0
+    _apis: list[Obj] | None = field(init=False, default=None)  # the last apiEnablements
+    _apis_at: float = field(init=False, default=0.0)  # monotonic
     shared: HubInformers = field(init=False)
     executor: WorkExecutor = field(init=False)
     tunnel: TunnelAgent | None = field(init=False, default=None)
@@ -131,32 +136,42 @@ class PullAgent:
             await asyncio.sleep(max(0.0, self.settings.period_s - elapsed))
 
     async def heartbeat(self) -> None:
-        """One pass: probe, renew the Lease, write Cluster status."""
+        """One pass: probe, renew the Lease, write Cluster status if it changed."""
         s = self.settings
         result = await probe(self.member, s.probe_timeout_s)
         now = self.clock()
+        renewed = True
         try:
             await self._renew_lease(now)
-        except KubeError as exc:  # the status below still carries the heartbeat
+        except KubeError as exc:  # the status below carries the heartbeat instead
+            renewed = False
             log.warning("cluster %s: cannot renew the Lease on the hub: %s", s.cluster, exc)
-        cluster = await self.hub.get(CLUSTER_API_VERSION, "Cluster", s.cluster, timeout_s=s.probe_timeout_s)
-        status: Obj = dict(cluster.get("status") or {})
+        cluster = self.shared.clusters.get(None, s.cluster) if self.shared.clusters.synced \
+            else None
+        if cluster is None:
+            cluster = await self.hub.get(CLUSTER_API_VERSION, "Cluster", s.cluster,
+                                         timeout_s=s.probe_timeout_s)
+        collected: Obj = {}
         if result.healthy:
-            status.update(await collect_status(self.member, s.probe_timeout_s))
+            fresh = self._apis is not None and time.monotonic() - self._apis_at < s.apis_period_s
+            collected = await collect_status(self.member, s.probe_timeout_s, apis=not fresh)
+            if fresh:
+                collected["apiEnablements"] = self._apis
+            elif "apiEnablements" in collected:
+                self._apis, self._apis_at = collected["apiEnablements"], time.monotonic()
         else:
+            self._apis = None  # discover again once it answers
             log.info("cluster %s: probe failed: %s", s.cluster, result.detail)
-        ready = observed_condition(result, now)
-        current = find_condition(status, READY)
-        if current is not None and current.status == ready.status and current.reason == ready.reason:
-            ready = type(ready)(ready.type, ready.status, ready.reason, ready.message,
-                                current.last_transition_s)
-        status["conditions"] = with_condition(status.get("conditions") or [], ready)
-        status["lastHeartbeatTime"] = rfc3339(now)
+        status = agent_status(cluster.get("status") or {}, collected,
+                              observed_condition(result, now), now, heartbeat=not renewed)
+        self.heartbeats += 1
+        if status is None:
+            return
         await self.hub.request("PATCH", f"/apis/{CLUSTER_API_VERSION}/clusters/{s.cluster}/status",
                                body={"status": status},
                                content_type="application/merge-patch+json",
                                params={"fieldManager": FIELD_MANAGER}, timeout_s=s.probe_timeout_s)
-        self.heartbeats += 1
+        self.status_writes += 1
 
     async def _renew_lease(self, now: float) -> None:
         s = self.settings

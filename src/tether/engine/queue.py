@@ -30,6 +30,7 @@ class _Delayed(Generic[K]):
     due: float
     seq: int
     key: K = field(compare=False)
+    coalesced: bool = field(default=False, compare=False)
 
 
 class Engine(Generic[K]):
@@ -55,8 +56,10 @@ class Engine(Generic[K]):
         self._has_work = asyncio.Event()
         self._active: set[K] = set()
         self._dirty: set[K] = set()  # changed while being reconciled: run again after
+        self._later: set[K] = set()  # asked for in the background lane while being reconciled
         self._failures: dict[K, int] = {}
         self._delayed: list[_Delayed[K]] = []
+        self._coalesced: dict[K, float] = {}  # key -> when its coalesced enqueue is due
         self._seq = 0
         self._wake = asyncio.Event()
         self.reconciled = 0
@@ -84,6 +87,30 @@ class Engine(Generic[K]):
             self._urgent.append(key)
             self._has_work.set()
 
+    def defer(self, key: K) -> None:
+        """Queue `key` in the background lane (served when no change waits), also when it is
+        being reconciled right now: then once that reconcile ends. For work a reconcile puts
+        off until the front lane is empty (unlike a resync, which the running reconcile
+        satisfies)."""
+        if key in self._active:
+            self._later.add(key)
+        else:
+            self.enqueue(key, background=True)
+
+    def enqueue_within(self, key: K, delay_s: float) -> None:
+        """Reconcile `key` within `delay_s`, once for however many such calls: a call whose
+        deadline is later than the one already set changes nothing, an earlier one moves it up,
+        and a reconcile of `key` that starts before the deadline satisfies it (it reads what the
+        callers wanted it to read). For event bursts: status reports of many parts of one whole."""
+        due = time.monotonic() + delay_s
+        current = self._coalesced.get(key)
+        if current is not None and current <= due:
+            return
+        self._coalesced[key] = due
+        self._seq += 1
+        heapq.heappush(self._delayed, _Delayed(due, self._seq, key, coalesced=True))
+        self._wake.set()
+
     async def _next(self) -> K:
         while True:
             while self._urgent:
@@ -103,8 +130,18 @@ class Engine(Generic[K]):
         """Keys waiting (not counting those being reconciled): a queue-depth gauge reads it."""
         return len(self._queued)
 
+    def backlog(self) -> int:
+        """About how many keys wait in the front lane (changes, not resyncs)."""
+        return len(self._urgent)
+
     def idle(self) -> bool:
         return not self._queued and not self._active and not self._dirty
+
+    def settled(self) -> bool:
+        """Idle with no delayed enqueue pending either: nothing will run until something new
+        is enqueued."""
+        return self.idle() and all(e.coalesced and self._coalesced.get(e.key) != e.due
+                                   for e in self._delayed)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -116,7 +153,12 @@ class Engine(Generic[K]):
         while True:
             now = time.monotonic()
             while self._delayed and self._delayed[0].due <= now:
-                self.enqueue(heapq.heappop(self._delayed).key)
+                entry = heapq.heappop(self._delayed)
+                if entry.coalesced:
+                    if self._coalesced.get(entry.key) != entry.due:
+                        continue  # moved up, or satisfied by a reconcile since
+                    del self._coalesced[entry.key]
+                self.enqueue(entry.key)
             timeout = self._delayed[0].due - now if self._delayed else None
             self._wake.clear()
             # asyncio.timeout, not wait_for: on 3.11 wait_for returns the wake-up and drops a
@@ -130,6 +172,7 @@ class Engine(Generic[K]):
     async def _worker(self) -> None:
         while True:
             key = await self._next()
+            self._coalesced.pop(key, None)
             self._active.add(key)
             try:
                 await self._reconcile(key)
@@ -149,9 +192,13 @@ class Engine(Generic[K]):
             finally:
                 self._active.discard(key)
                 self.reconciled += 1
+                later = key in self._later
+                self._later.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.enqueue(key)
+                elif later:
+                    self.enqueue(key, background=True)
             # Reconciles that never await would otherwise drain the whole backlog in one step
             # of the event loop, starving everything else (an API server shares the loop).
             await asyncio.sleep(0)

@@ -11,11 +11,17 @@ import asyncio
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
+_SCALARS = (str, int, float, bool, type(None))
+
 
 def thaw(value: Any) -> Any:
     """A deep, plain copy: Mappings become dicts and sequences (not strings) become lists."""
-    if isinstance(value, Mapping):
-        return {str(k): thaw(v) for k, v in value.items()}
+    # concrete types first: an isinstance check against the Mapping ABC costs several times
+    # more, and copies of whole objects make many of them
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, dict | Mapping):
+        return {k if isinstance(k, str) else str(k): thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [thaw(v) for v in value]
     return value
@@ -23,7 +29,7 @@ def thaw(value: Any) -> Any:
 
 def mapping(value: Any) -> Mapping[str, Any]:
     """`value` if it is a Mapping, else an empty one: absent and malformed read the same."""
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict | Mapping) else {}
 
 
 def items(value: Any) -> Sequence[Any]:
@@ -35,7 +41,7 @@ def nested(obj: Any, *keys: str) -> Any:
     """obj[k1][k2]... or None when any step is missing or not a Mapping."""
     cur = obj
     for key in keys:
-        if not isinstance(cur, Mapping) or key not in cur:
+        if not isinstance(cur, dict | Mapping) or key not in cur:
             return None
         cur = cur[key]
     return cur

@@ -48,7 +48,7 @@ import secrets
 import ssl
 import string
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -679,15 +679,20 @@ def agent_token_secret_object(name: str) -> Obj:
 async def agent_tokens(host: KubeClient) -> dict[str, frozenset[str]]:
     """bearer → names an agent may serve, from the agents' token Secrets and their Clusters
     (the cluster name and its API host), for the hub's tunnel server."""
-    out: dict[str, frozenset[str]] = {}
     secrets_ = await host.list_objects("v1", "Secret", HUB_NAMESPACE, label_selector=AGENT_FOR_LABEL)
-    clusters = {c["metadata"]["name"]: c for c in await host.list_objects(CLUSTER_API_VERSION,
-                                                                          "Cluster")}
+    return agent_tokens_of(secrets_, await host.list_objects(CLUSTER_API_VERSION, "Cluster"))
+
+
+def agent_tokens_of(secrets_: Iterable[Obj], clusters: Iterable[Obj]) -> dict[str, frozenset[str]]:
+    """`agent_tokens` from Secrets and Clusters already at hand (informer caches); Secrets
+    without the agent label are skipped."""
+    out: dict[str, frozenset[str]] = {}
+    by_name = {c["metadata"]["name"]: c for c in clusters}
     for secret in secrets_:
         name = str(((secret.get("metadata") or {}).get("labels") or {}).get(AGENT_FOR_LABEL, ""))
         token = (secret.get("data") or {}).get("token")
-        cluster = clusters.get(name)
-        if not token or cluster is None:
+        cluster = by_name.get(name)
+        if not name or not token or cluster is None:
             continue
         endpoint = str((cluster.get("spec") or {}).get("apiEndpoint", ""))
         host_name = urlsplit(endpoint).hostname or ""

@@ -30,6 +30,14 @@ Requests per Work pass are kept to what the Work needs: the credentials Secrets 
 informer on the hub namespace's Secrets (a GET only while it has not synced or misses one), and
 the namespaces known to exist in a member are remembered per member (forgotten with the member,
 and when an apply reports its namespace missing, after which the pass creates it and tries again).
+The conflict check needs no GET either: next to the cache of tether's objects, a metadata-only
+cache per (cluster, kind) of the objects *not* labelled managed-by tether says whether a name is
+taken by someone else (a GET only while one of the two has not synced), so a new object costs
+the member one server-side apply. The watch echo of the executor's own writes (its Work status,
+its applies) enqueues nothing. In a burst (other Works waiting in the front lane), a Work's first
+report is kept in memory and written from the background lane once nothing else waits: objects
+reach members first, statuses follow, each Work's status still written once (a change of the
+member object meanwhile drops the kept report: the object is applied and reported anew).
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from tether.kube import (
     ObjectKey,
     Unreachable,
     WatchEvent,
+    object_key,
     strip_managed_fields,
 )
 from tether.objects import Obj
@@ -69,11 +78,12 @@ from .model import (
     SOURCE_ANNOTATION,
 )
 from .ordering import delete_order, tier
-from .propagation import HubInformers, unjoining
+from .propagation import Echoes, HubInformers, unjoining
 
 log = logging.getLogger(__name__)
 STATUS_MANAGER = "tether-execution"
 MEMBER_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+FOREIGN_SELECTOR = f"{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}"
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
 # what tether puts on member objects, removed from those it leaves behind
@@ -91,6 +101,10 @@ class _Member:
     client: KubeClient
     informers: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
         default_factory=dict)
+    # per kind, the names of objects tether does not manage (metadata only): with both caches
+    # synced, a name in neither is free, and applying it needs no GET first
+    foreign: dict[tuple[str, str], tuple[Informer, asyncio.Task[None]]] = field(
+        default_factory=dict)
     namespaces: set[str] = field(default_factory=set)  # known to exist in the member
 
 
@@ -99,6 +113,24 @@ class _Outcome:
     entry: Obj
     error_reason: str = ""
     error_message: str = ""
+
+
+def _name_and_labels(obj: Obj) -> Obj:
+    """What the foreign-object caches keep: enough to say an object exists and is not tether's."""
+    meta = mapping(obj.get("metadata"))
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion",
+                                               "uid") if k in meta}}
+
+
+def executor_view(cluster: Obj) -> tuple[Any, ...]:
+    """What the executor reads of a Cluster, as one comparable value: whether it is leaving,
+    its spec apart from taints (sync mode, endpoint, credentials reference, proxy) and whether it
+    is Ready (Works that failed while it was not get a pass when it is again)."""
+    spec = {k: v for k, v in mapping(cluster.get("spec")).items() if k != "taints"}
+    ready = any(mapping(c).get("type") == "Ready" and mapping(c).get("status") == "True"
+                for c in items(nested(cluster, "status", "conditions")))
+    return (unjoining(cluster), spec, ready)
 
 
 def identifier(manifest: Obj, ordinal: int) -> Obj:
@@ -149,6 +181,12 @@ class WorkExecutor:
     _members: dict[str, _Member] = field(default_factory=dict)
     _member_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _failures: dict[ObjectKey, int] = field(default_factory=dict)
+    # Works applied in a burst whose first report waits: (generation, outcomes)
+    _unwritten: dict[ObjectKey, tuple[int, list[_Outcome]]] = field(default_factory=dict)
+    _views: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # cluster → executor_view
+    # own writes: Work status/finalizer (by ObjectKey), member objects (by (cluster, apiVersion,
+    # kind, namespace, name))
+    echoes: Echoes = field(default_factory=Echoes)
     _group: asyncio.TaskGroup | None = None
     # the hub namespace's Secrets (member credentials); None for a pull agent's executor
     secrets: Informer | None = field(init=False, default=None)
@@ -158,8 +196,23 @@ class WorkExecutor:
         self.clusters_engine = Engine("executor-clusters", self._reconcile_cluster)
         if self.member_client is None:
             self.secrets = Informer(self.host, "v1", "Secret", self.namespace)
-        self.shared.work_handlers.append(lambda e: self.engine.enqueue(e.key))
-        self.shared.cluster_handlers.append(lambda e: self.clusters_engine.enqueue(e.key.name))
+        self.shared.work_handlers.append(self._on_work)
+        self.shared.cluster_handlers.append(self._on_cluster)
+
+    def _on_work(self, event: WatchEvent) -> None:
+        if not self.echoes.echo(event.key, event):  # not just this executor's own status write
+            self.engine.enqueue(event.key)
+
+    def _on_cluster(self, event: WatchEvent) -> None:
+        """A Cluster event: the cluster's Works get another pass only when what this executor
+        reads of the Cluster changed (`executor_view`), not on every status write."""
+        name = event.key.name
+        before = self._views.pop(name, None)
+        after = None if event.type == "DELETED" else executor_view(event.object)
+        if after is not None:
+            self._views[name] = after
+        if before != after:
+            self.clusters_engine.enqueue(name)
 
     async def run(self) -> None:
         try:
@@ -173,7 +226,7 @@ class WorkExecutor:
         finally:
             self._group = None
             for member in self._members.values():
-                for _, task in member.informers.values():
+                for _, task in [*member.informers.values(), *member.foreign.values()]:
                     task.cancel()
             self._members.clear()
             await self.pool.aclose()
@@ -220,7 +273,7 @@ class WorkExecutor:
         member = self._members.pop(name, None)
         if member is None:
             return
-        tasks = [task for _, task in member.informers.values()]
+        tasks = [task for _, task in [*member.informers.values(), *member.foreign.values()]]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -274,17 +327,32 @@ class WorkExecutor:
         if entry is not None:
             return entry[0]
         informer = Informer(member.client, api_version, kind, label_selector=MEMBER_SELECTOR,
-                            on_event=lambda e: self._on_member(cluster, e),
+                            on_event=lambda e: self._on_member(cluster, api_version, kind, e),
                             transform=strip_managed_fields)
         assert self._group is not None
         member.informers[(api_version, kind)] = (informer, start_in(self._group, informer.run()))
         return informer
 
-    def _on_member(self, cluster: str, event: WatchEvent) -> None:
+    def _watch_foreign(self, member: _Member, api_version: str, kind: str) -> Informer:
+        entry = member.foreign.get((api_version, kind))
+        if entry is not None:
+            return entry[0]
+        informer = Informer(member.client, api_version, kind, label_selector=FOREIGN_SELECTOR,
+                            transform=_name_and_labels)
+        assert self._group is not None
+        member.foreign[(api_version, kind)] = (informer, start_in(self._group, informer.run()))
+        return informer
+
+    def _on_member(self, cluster: str, api_version: str, kind: str, event: WatchEvent) -> None:
+        if self.echoes.echo((cluster, api_version, kind, event.key.namespace, event.key.name),
+                            event):
+            return  # the object as this executor's apply just left it
         ref = str(nested(event.object, "metadata", "annotations", W.WORK_NAME_ANNOTATION) or "")
         namespace, _, name = ref.partition("/")
         if name and namespace == execution_namespace(cluster):
-            self.engine.enqueue(ObjectKey(namespace, name))
+            key = ObjectKey(namespace, name)
+            self._unwritten.pop(key, None)  # changed in the member: apply and report anew
+            self.engine.enqueue(key)
 
     # works -------------------------------------------------------------------------------
 
@@ -292,6 +360,7 @@ class WorkExecutor:
         work = self.shared.works.get(key.namespace, key.name)
         if work is None:
             self._failures.pop(key, None)
+            self._unwritten.pop(key, None)
             return
         cluster_name = W.work_cluster(work)
         cluster = self.shared.clusters.get(None, cluster_name)
@@ -309,12 +378,26 @@ class WorkExecutor:
                 await self._delete_member_objects(work, member.client)
                 await self._set_finalizer(work, False)
                 return
+            unwritten = self._unwritten.pop(key, None)
+            if unwritten is not None and unwritten[0] == W.generation(work):
+                # applied in a burst, report put off: write it as it was (a change in the member
+                # since would have dropped it, and the objects would be applied again instead)
+                await self._write_status(work, unwritten[1])
+                return
             await self._set_finalizer(work, True)
             outcomes = await self._apply(work, cluster_name, member)
         except _ClusterUnreachable as exc:
             outcomes = [_Outcome({}, "ClusterUnreachable", str(exc))]
         except Unreachable as exc:
             outcomes = [_Outcome({}, "ClusterUnreachable", exc.message)]
+        if (self.engine.backlog() and not W.reported(work)
+                and not any(o.error_reason for o in outcomes)):
+            # A burst: more Works wait to be applied. Their objects reaching the members comes
+            # first; this first report waits in the background lane (served once nothing else
+            # waits) and is then written as it is now, without applying again.
+            self._unwritten[key] = (W.generation(work), outcomes)
+            self.engine.defer(key)
+            return
         await self._write_status(work, outcomes)
         if any(o.error_reason for o in outcomes):
             failures = self._failures.get(key, 0) + 1
@@ -330,11 +413,12 @@ class WorkExecutor:
                       else [f for f in finalizers if f != W.EXECUTION_FINALIZER])
         meta = mapping(work.get("metadata"))
         try:
-            await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
-                                  {"metadata": {"finalizers": finalizers,
-                                                "resourceVersion": meta.get("resourceVersion")}},
-                                  namespace=str(meta.get("namespace")),
-                                  field_manager=STATUS_MANAGER)
+            written = await self.host.patch(
+                WORK_API_VERSION, "Work", str(meta.get("name")),
+                {"metadata": {"finalizers": finalizers,
+                              "resourceVersion": meta.get("resourceVersion")}},
+                namespace=str(meta.get("namespace")), field_manager=STATUS_MANAGER)
+            self.echoes.wrote(object_key(written), written)
         except Conflict:
             raise RequeueAfter(0.1) from None  # a newer Work is on its way through the informer
         except NotFound:
@@ -440,8 +524,11 @@ class WorkExecutor:
                 entry.update(reason="NoSuchResource", message=message)
                 return _Outcome(entry, "NoSuchResource", f"{_ref(manifest)}: {message}")
             informer = self._watch_kind(cluster, member, api_version, kind)
+            foreign = self._watch_foreign(member, api_version, kind)
             current = informer.get(namespace, name) if informer.synced else None
-            if current is None:
+            if current is None and informer.synced and foreign.synced:
+                current = foreign.get(namespace, name)  # None: nobody's, nothing to look up
+            elif current is None:
                 try:
                     current = await client.get(api_version, kind, name, namespace)
                 except NotFound:
@@ -455,6 +542,7 @@ class WorkExecutor:
             fresh = not (caught_up and current is not None and W.is_subset(manifest, current))
             if fresh:
                 current = await client.apply(manifest, field_manager=FIELD_MANAGER, force=True)
+                self.echoes.wrote((cluster, api_version, kind, namespace or "", name), current)
         except KubeError as exc:
             reason, message = _error_outcome(manifest, exc)
             entry.update(reason=reason, message=message)
@@ -505,9 +593,11 @@ class WorkExecutor:
             return
         meta = mapping(work.get("metadata"))
         try:
-            await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
-                                  {"status": status}, namespace=str(meta.get("namespace")),
-                                  subresource="status", field_manager=STATUS_MANAGER)
+            written = await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
+                                            {"status": status},
+                                            namespace=str(meta.get("namespace")),
+                                            subresource="status", field_manager=STATUS_MANAGER)
+            self.echoes.wrote(object_key(written), written)
         except NotFound:
             pass
         if not errors and any(o.entry.get("identifier", {}).get("kind") in (

@@ -30,7 +30,15 @@ from typing import Any
 from tether.engine import Engine, RequeueAfter
 from tether.federation import capacity, taints
 from tether.federation.crds import CLUSTER_API_VERSION
-from tether.kube import ClusterCredentials, Conflict, KubeClient, KubeError, NotFound
+from tether.kube import (
+    ClusterCredentials,
+    Conflict,
+    Informer,
+    KubeClient,
+    KubeError,
+    NotFound,
+    WatchEvent,
+)
 from tether.objects import Obj
 from tether.objects.times import rfc3339, seconds_of
 
@@ -53,6 +61,8 @@ HEALTH_TAINTS = taints.READINESS_TAINTS
 
 HUB_NAMESPACE = "tether-system"
 FIELD_MANAGER = "tether-cluster-health"
+LAST_HEARTBEAT = "lastHeartbeatTime"
+LEASE_API_VERSION = "coordination.k8s.io/v1"
 
 
 # pure state machine ---------------------------------------------------------------------------
@@ -171,6 +181,28 @@ def find_condition(status: Mapping[str, Any], kind: str) -> Condition | None:
 def with_condition(conditions: Sequence[Mapping[str, Any]], condition: Condition) -> list[Obj]:
     out = [dict(c) for c in conditions if c.get("type") != condition.type]
     return [*out, condition.to_api()]
+
+
+def agent_status(current: Mapping[str, Any], collected: Mapping[str, Any], ready: Condition,
+                 now: float, *, heartbeat: bool = False) -> Obj | None:
+    """What a pull agent writes to its Cluster's status after one probe, or None: the status is
+    written only when something in it changed (the Lease carries the heartbeat), or when
+    `heartbeat` (the Lease could not be renewed, so the status must show the agent is alive).
+
+    `collected` replaces the parts it has (version, summaries, apiEnablements); the Ready
+    condition keeps its lastTransitionTime while its status and reason stay."""
+    status: Obj = dict(current)
+    status.update(collected)
+    old = find_condition(current, READY)
+    if old is not None and (old.status, old.reason) == (ready.status, ready.reason):
+        ready = replace(ready, last_transition_s=old.last_transition_s)
+    status["conditions"] = with_condition(list(current.get("conditions") or []), ready)
+    status.pop(LAST_HEARTBEAT, None)
+    unchanged = status == {k: v for k, v in current.items() if k != LAST_HEARTBEAT}
+    if unchanged and not heartbeat:
+        return None
+    status[LAST_HEARTBEAT] = rfc3339(now)
+    return status
 
 
 def summarize_nodes(nodes: Sequence[Mapping[str, Any]]) -> tuple[Obj, Obj]:
@@ -346,8 +378,10 @@ class _Member:
 class ClusterHealthController:
     """Probes push members and watches pull members' heartbeats; writes Cluster status/taints.
 
-    One Engine key per Cluster, requeued every `timers.period_s`. Clusters are discovered by
-    listing the hub every period (new names are enqueued once; a key stops when its Cluster goes).
+    One Engine key per Cluster, requeued every `timers.period_s`. Clusters and the pull members'
+    Leases are read from informers (a new Cluster is enqueued by its ADDED event; a key stops
+    when its Cluster goes), so a pull member at rest costs no request at all: its agent renews
+    the Lease, the watch brings it here, and the periodic pass only compares times.
     """
 
     host: KubeClient
@@ -362,31 +396,29 @@ class ClusterHealthController:
     # the Ready condition only says that it did)
     last_probe: dict[str, tuple[float, Probe]] = field(default_factory=dict)
     engine: Engine[str] = field(init=False)
+    clusters: Informer = field(init=False)
+    leases: Informer = field(init=False)
 
     def __post_init__(self) -> None:
         self.engine = Engine("cluster-health", self.reconcile, workers=self.workers)
+        self.clusters = Informer(self.host, CLUSTER_API_VERSION, "Cluster",
+                                 on_event=self._on_cluster)
+        self.leases = Informer(self.host, LEASE_API_VERSION, "Lease", self.namespace)
 
     async def run(self) -> None:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.engine.run())
-                group.create_task(self._discover())
+                group.create_task(self.clusters.run())
+                group.create_task(self.leases.run())
         finally:
             await self._close_all()
 
-    async def _discover(self) -> None:
-        while True:
-            try:
-                clusters = await self.host.list_objects(CLUSTER_API_VERSION, "Cluster")
-            except KubeError as exc:
-                log.warning("listing clusters failed: %s", exc)
-            else:
-                for cluster in clusters:
-                    name = cluster["metadata"]["name"]
-                    if name not in self._known:
-                        self._known.add(name)
-                        self.engine.enqueue(name)
-            await asyncio.sleep(self.timers.period_s)
+    def _on_cluster(self, event: WatchEvent) -> None:
+        name = event.key.name
+        if event.type == "DELETED" or name not in self._known:
+            self._known.add(name)
+            self.engine.enqueue(name)
 
     async def _close_all(self) -> None:
         members, self._members = self._members, {}
@@ -400,13 +432,14 @@ class ClusterHealthController:
         if member is not None:
             await member.client.close()
 
+    async def _cluster(self, name: str) -> Obj | None:
+        if self.clusters.synced:
+            return self.clusters.get(None, name)
+        return await self.host.get_or_none(CLUSTER_API_VERSION, "Cluster", name)
+
     async def reconcile(self, name: str) -> None:
-        try:
-            cluster = await self.host.get(CLUSTER_API_VERSION, "Cluster", name)
-        except NotFound:
-            await self._forget(name)
-            return
-        if cluster["metadata"].get("deletionTimestamp"):
+        cluster = await self._cluster(name)
+        if cluster is None or cluster["metadata"].get("deletionTimestamp"):
             await self._forget(name)
             return
         spec = cluster.get("spec") or {}
@@ -471,13 +504,12 @@ class ClusterHealthController:
         name = cluster["metadata"]["name"]
         status: Obj = dict(cluster.get("status") or {})
         heartbeat = seconds_of(status.get("lastHeartbeatTime"))
-        try:
-            lease = await self.host.get("coordination.k8s.io/v1", "Lease", name, self.namespace)
-            renewed = seconds_of((lease.get("spec") or {}).get("renewTime"))
-            if renewed is not None and (heartbeat is None or renewed > heartbeat):
-                heartbeat = renewed
-        except NotFound:
-            pass
+        lease = (self.leases.get(self.namespace, name) if self.leases.synced
+                 else await self.host.get_or_none(LEASE_API_VERSION, "Lease", name,
+                                                  self.namespace))
+        renewed = seconds_of(((lease or {}).get("spec") or {}).get("renewTime"))
+        if renewed is not None and (heartbeat is None or renewed > heartbeat):
+            heartbeat = renewed
         registered = seconds_of(cluster["metadata"].get("creationTimestamp")) or self.clock()
         current = find_condition(status, READY)
         stale = stale_ready(current, heartbeat, registered, self.clock(), self.timers)

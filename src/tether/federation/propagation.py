@@ -29,9 +29,14 @@ Alongside, the Karmada side writes each claimed template's ResourceBinding view 
 and propagates dependencies in Works of their own (`depsync`).
 
 Writes are kept to what changed: Works are applied (and deleted) concurrently, at most
-`WORK_WRITES` at a time; a new Work for a push member is created with the executor's finalizer
-already on it; a template is reconciled again shortly after its Works change (their events
-coalesced), not on the events of its own status annotation.
+`WORK_WRITES` at a time; a new Work is created with the executor's finalizer already on it (for
+push and pull members alike), so it is written once; a new template's first status waits for its
+first reports. Reconciles are kept to what could change: the watch echo of a controller's own
+write (a Work, a finalizer, a status) enqueues nothing (`Echoes`); a source is reconciled shortly
+after its Works change, their events coalesced, and a burst of success reports makes one
+reconcile after the last (`engine.enqueue_within`); a Cluster event reaches the controllers only
+when the cluster's `placement_view` changed, and then re-enqueues only the sources whose plan it
+could change (with a Work there, whose placement admits it, or whose last plan had failures).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from tether.kube import (
     strip_managed_fields,
 )
 from tether.objects import Obj
+from tether.objects.selectors import matches_label_selector
 from tether.objects.times import rfc3339
 
 from . import works as W
@@ -66,7 +72,13 @@ from ._util import items, mapping, nested, start_in, thaw
 from .aggregation import aggregate_status, reflect_status
 from .binding import EVICTION_ANNOTATION, Binding, read_binding
 from .bindings import BindingViews
-from .crds import CLUSTER_API_VERSION, KARMADA_POLICY_GROUP, KUBEFED_CORE_GROUP, WORK_API_VERSION
+from .crds import (
+    CLUSTER_API_VERSION,
+    KARMADA_POLICY_GROUP,
+    KUBEFED_CORE_GROUP,
+    WORK_API_VERSION,
+    execution_namespace,
+)
 from .dependencies import REQUIRES_ANNOTATION, encode_requires
 from .depsync import DependencySync
 from .failover import FailoverSettings
@@ -81,6 +93,7 @@ from .karmada_binding import (
 from .kubefed import ClusterResult, compile_federated, kubefed_status, within_namespace
 from .metrics import HubMetrics
 from .model import ClusterInfo, PropagationPlan, ResourceRef
+from .placement import cluster_matches_affinity
 from .registry import UNJOIN_ANNOTATION
 from .scheduler import Groups
 from .taints import taints_of
@@ -94,6 +107,9 @@ RESYNC_S = 60.0
 SKIPPED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 WORK_WRITES = 8  # Work applies/deletes of one source in flight at once
 WORK_EVENT_DELAY_S = 0.1  # a source's Work events within this long: one reconcile
+# a Work reporting success while others of its source have not reported yet: the source is
+# reconciled within this long (or sooner, when the last one reports), not once per Work
+WORK_PROGRESS_DELAY_S = 2.0
 K = TypeVar("K")
 
 
@@ -119,17 +135,26 @@ async def _bounded(calls: list[Callable[[], Awaitable[Any]]], limit: int = WORK_
 # shared informers ------------------------------------------------------------------------------
 
 
+PlacementHandler = Callable[[str, ClusterInfo | None, ClusterInfo | None], None]
+
+
 @dataclass
 class HubInformers:
     """Informers on the host that every controller reads: Clusters and Works (with an index of
-    Works by source). Controllers add handlers before `run()`."""
+    Works by source). Controllers add handlers before `run()`.
+
+    `cluster_handlers` get every Cluster event; `placement_handlers` get (name, before, after)
+    only when the cluster's `placement_view` changed — a pull agent's heartbeat or a status
+    write that changes nothing placement reads calls none of them."""
 
     host: KubeClient
     cluster_handlers: list[Callable[[WatchEvent], None]] = field(default_factory=list)
+    placement_handlers: list[PlacementHandler] = field(default_factory=list)
     work_handlers: list[Callable[[WatchEvent], None]] = field(default_factory=list)
     clusters: Informer = field(init=False)
     works: Informer = field(init=False)
     _by_source: dict[str, set[ObjectKey]] = field(default_factory=dict)
+    _views: dict[str, PlacementView | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.clusters = Informer(self.host, CLUSTER_API_VERSION, "Cluster",
@@ -149,6 +174,14 @@ class HubInformers:
     def _on_cluster(self, event: WatchEvent) -> None:
         for handler in self.cluster_handlers:
             handler(event)
+        name = event.key.name
+        before = self._views.pop(name, None)
+        after = None if event.type == "DELETED" else placement_view(event.object)
+        if event.type != "DELETED":
+            self._views[name] = after
+        if before != after:
+            for placement in self.placement_handlers:
+                placement(name, before.info if before else None, after.info if after else None)
 
     def _on_work(self, event: WatchEvent) -> None:
         source = str(nested(event.object, "metadata", "labels", W.SOURCE_HASH_LABEL) or "")
@@ -169,8 +202,20 @@ class HubInformers:
         return [w for w in found if w is not None and _same_source(w, ref)]
 
     def cluster_infos(self) -> list[ClusterInfo]:
-        """Registered clusters that can take work (not being unjoined or deleted)."""
-        return [info for c in self.clusters.list() if (info := cluster_info(c)) is not None]
+        """Registered clusters that can take work (not being unjoined or deleted), by name."""
+        return [view.info for _, view in sorted(self._views.items()) if view is not None]
+
+    def works_in(self, cluster: str, dialect: str) -> list[ResourceRef]:
+        """The sources of `dialect` that have a Work for `cluster`."""
+        namespace = execution_namespace(cluster)
+        out = []
+        for key in self.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+            if key.namespace != namespace:
+                continue
+            found = W.work_source(self.works.get(key.namespace, key.name) or {})
+            if found is not None and found[0] == dialect:
+                out.append(found[1])
+        return out
 
 
 def _same_source(work: Obj, ref: ResourceRef) -> bool:
@@ -198,10 +243,84 @@ def cluster_info(cluster: Obj) -> ClusterInfo | None:
     )
 
 
+@dataclass(frozen=True)
+class PlacementView:
+    """What the sync controllers read of a Cluster, comparable as a whole: the `ClusterInfo`
+    (labels, provider/region/zones, taints, readiness) plus the parts it leaves out of its own
+    equality: the taints' timeAdded (failover's tolerationSeconds count from it) and the
+    resourceSummary (capacity-based division and `Aggregated` scheduling read it)."""
+
+    info: ClusterInfo
+    taint_times: tuple[float | None, ...]
+    resources: str
+
+
+def placement_view(cluster: Obj) -> PlacementView | None:
+    """Everything placement, scheduling and failover read of a Cluster (see `PlacementView`),
+    or None while the cluster cannot take work. A Cluster event re-enqueues templates only when
+    this changed, so a status write that changes none of it (a heartbeat, a new
+    lastHeartbeatTime, a nodeSummary, apiEnablements) costs the sync controllers nothing."""
+    info = cluster_info(cluster)
+    if info is None:
+        return None
+    resources = json.dumps(info.resource_summary, sort_keys=True, separators=(",", ":"),
+                           default=str)
+    return PlacementView(info, tuple(t.added_s for t in info.taints), resources)
+
+
+def policy_may_place(placement: Any, cluster: ClusterInfo) -> bool:
+    """Whether a Karmada placement's cluster affinity admits `cluster` (any of
+    `clusterAffinities`): only then can a change of that cluster change what it places."""
+    spec = mapping(placement)
+    groups = items(spec.get("clusterAffinities"))
+    if not groups:
+        return cluster_matches_affinity(cluster, spec.get("clusterAffinity"))
+    return any(cluster_matches_affinity(cluster, mapping(g)) for g in groups)
+
+
+def kubefed_may_place(placement: Any, cluster: ClusterInfo) -> bool:
+    """Whether a KubeFed placement names or selects `cluster` (see `kubefed_placement`)."""
+    spec = mapping(placement)
+    if spec.get("clusters") is not None:
+        return cluster.name in {str(mapping(c).get("name")) for c in items(spec["clusters"])}
+    selector = spec.get("clusterSelector")
+    return selector is not None and matches_label_selector(selector, cluster.labels)
+
+
 def unjoining(cluster: Obj | None) -> bool:
     meta = mapping(mapping(cluster).get("metadata"))
     return cluster is None or bool(meta.get("deletionTimestamp")) or bool(
         mapping(meta.get("annotations")).get(UNJOIN_ANNOTATION))
+
+
+@dataclass
+class Echoes:
+    """The resourceVersions of a controller's own writes, by object: the watch event that only
+    echoes such a write needs no reconcile (the writer already knew its result)."""
+
+    _versions: dict[Any, str] = field(default_factory=dict)
+
+    def wrote(self, key: Any, obj: Any) -> None:
+        version = nested(obj, "metadata", "resourceVersion")
+        if version:
+            self._versions[key] = str(version)
+
+    def echo(self, key: Any, event: WatchEvent) -> bool:
+        """Whether `event` is the echo of the last write noted for `key` (forgotten then)."""
+        if event.type == "DELETED":
+            self._versions.pop(key, None)
+            return False
+        if self._versions.get(key) == event.resource_version:
+            del self._versions[key]
+            return True
+        return False
+
+
+def source_key_of(obj: Obj) -> tuple[str, str, str, str]:
+    """(apiVersion, kind, namespace, name): how the controllers note writes to their sources."""
+    meta = mapping(obj.get("metadata"))
+    return (str(obj.get("apiVersion")), str(obj.get("kind")), str(meta.get("namespace") or ""),
+            str(meta.get("name")))
 
 
 # shared apply steps ----------------------------------------------------------------------------
@@ -219,6 +338,11 @@ class _Base(Generic[K]):
     workers: int = 4
     engine: Engine[K] = field(init=False)
     _group: asyncio.TaskGroup | None = field(default=None, init=False)
+    # own writes to Works (by ObjectKey) and to sources (by `source_key_of`)
+    echoes: Echoes = field(default_factory=Echoes, init=False)
+    # Works whose executor has not reported on their current generation, and how many per source
+    _unreported: set[ObjectKey] = field(default_factory=set, init=False)
+    _unreported_of: dict[ResourceRef, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.engine = Engine(self.name, self._counted, workers=self.workers)
@@ -236,6 +360,36 @@ class _Base(Generic[K]):
 
     async def reconcile(self, key: K) -> None:
         raise NotImplementedError
+
+    def work_event(self, event: WatchEvent, dialect: str, key: Callable[[ResourceRef], K]) -> None:
+        """A Work of `dialect` changed: reconcile its source — soon (WORK_EVENT_DELAY_S, events
+        within it coalesced), or, when the Work only reports success while others of the same
+        source have not reported yet, within WORK_PROGRESS_DELAY_S: a burst of reports makes
+        one reconcile after the last, not one per Work. The controller's own writes (their
+        echo) make none."""
+        found = W.work_source(event.object)
+        if found is None or found[0] != dialect:
+            return
+        ref = found[1]
+        reported = event.type != "DELETED" and W.reported(event.object)
+        was_waiting = event.key in self._unreported
+        waiting = event.type != "DELETED" and not reported
+        if waiting != was_waiting:
+            count = self._unreported_of.get(ref, 0) + (1 if waiting else -1)
+            if waiting:
+                self._unreported.add(event.key)
+            else:
+                self._unreported.discard(event.key)
+            if count > 0:
+                self._unreported_of[ref] = count
+            else:
+                self._unreported_of.pop(ref, None)
+        if self.echoes.echo(event.key, event):
+            return  # the Work as this controller just wrote it
+        progress = (reported and W.applied_ok(event.object)
+                    and self._unreported_of.get(ref, 0) > 0)
+        self.engine.enqueue_within(key(ref), WORK_PROGRESS_DELAY_S if progress
+                                   else WORK_EVENT_DELAY_S)
 
     def all_keys(self) -> Iterable[K]:
         raise NotImplementedError
@@ -281,13 +435,16 @@ class _Base(Generic[K]):
                 # the executor would add it with a PATCH of its own right after the create; once
                 # in this manager's applied fields it stays in every later apply of the Work
                 body["metadata"]["finalizers"] = [W.EXECUTION_FINALIZER]
-            writes.append(functools.partial(self.host.apply, body, field_manager=FIELD_MANAGER,
-                                            force=True))
+            writes.append(functools.partial(self._apply_work, body))
         for old in existing:
             key = object_key(old)
             if (key.namespace, key.name) not in wanted and W.work_cluster(old) not in keep:
                 writes.append(functools.partial(self.delete_work, old))
         await _bounded(writes)
+
+    async def _apply_work(self, body: Obj) -> None:
+        written = await self.host.apply(body, field_manager=FIELD_MANAGER, force=True)
+        self.echoes.wrote(object_key(written), written)
 
     def _pushed_to(self, cluster: str) -> bool:
         """Whether the hub's executor applies this cluster's Works (a joined push member)."""
@@ -321,9 +478,11 @@ class _Base(Generic[K]):
         patch = {"metadata": {"finalizers": finalizers,
                               "resourceVersion": meta.get("resourceVersion")}}
         try:
-            await self.host.patch(api_version, str(obj.get("kind")), str(meta.get("name")), patch,
-                                  namespace=str(meta.get("namespace") or "") or None,
-                                  field_manager=FIELD_MANAGER)
+            written = await self.host.patch(api_version, str(obj.get("kind")),
+                                            str(meta.get("name")), patch,
+                                            namespace=str(meta.get("namespace") or "") or None,
+                                            field_manager=FIELD_MANAGER)
+            self.echoes.wrote(source_key_of(written), written)
         except Conflict:
             raise RequeueAfter(0.1) from None  # a newer version is on its way through the informer
         except NotFound:
@@ -391,6 +550,8 @@ class KubeFedController(_Base[FedKey]):
     record: KindRecord = field(init=False)
     kinds: Engine[str] = field(init=False)
     _work_kinds: dict[ObjectKey, GVK] = field(default_factory=dict, init=False)
+    # objects whose last plan left a cluster out with a reason (a cluster change may fix that)
+    _unsettled: set[FedKey] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -400,8 +561,25 @@ class KubeFedController(_Base[FedKey]):
                              "ReplicaSchedulingPreference", on_event=self._on_rsp)
         self.record = KindRecord(self.host, "kubefed")
         self.kinds = Engine("kubefed-kinds", self._reconcile_kind)
-        self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
+        self.shared.placement_handlers.append(self._on_placement)
         self.shared.work_handlers.append(self._on_work)
+
+    def _on_placement(self, cluster: str, before: ClusterInfo | None,
+                      after: ClusterInfo | None) -> None:
+        """What placement reads of `cluster` changed: reconcile the objects whose plan could
+        change — those with a Work there, those that name or select it (before or after), and
+        those whose last plan had failures — not every object."""
+        keys = {(r.kind, r.namespace, r.name) for r in self.shared.works_in(cluster, "kubefed")}
+        keys |= self._unsettled
+        views = [v for v in (before, after) if v is not None]
+        for kind, fed_type in list(self.types.items()):
+            for key in fed_type.informer.keys():  # noqa: SIM118 (Informer.keys, not a dict)
+                placement = nested(fed_type.informer.get(key.namespace, key.name),
+                                   "spec", "placement")
+                if any(kubefed_may_place(placement, v) for v in views):
+                    keys.add((kind, key.namespace, key.name))
+        for fed_key in sorted(keys):
+            self.engine.enqueue(fed_key)
 
     async def run(self) -> None:
         try:
@@ -521,10 +699,12 @@ class KubeFedController(_Base[FedKey]):
                           works=works)
 
     def _on_federated(self, kind: str, event: WatchEvent) -> None:
-        self.engine.enqueue((kind, event.key.namespace, event.key.name))
         fed_type = self.types.get(kind)
         if fed_type is not None and fed_type.draining:
-            self.kinds.enqueue(kind)
+            self.kinds.enqueue(kind)  # a finalizer it let go may make the kind releasable
+        if self.echoes.echo(source_key_of(event.object), event):
+            return  # its finalizer or status, as this controller just wrote it
+        self.engine.enqueue((kind, event.key.namespace, event.key.name))
         if kind == "FederatedNamespace":  # the namespace's placement bounds its contents
             namespace = event.key.name
             for other, fed_type in list(self.types.items()):
@@ -540,7 +720,6 @@ class KubeFedController(_Base[FedKey]):
         found = W.work_source(event.object)
         if found is not None and found[0] == "kubefed":
             ref = found[1]
-            self.engine.enqueue((ref.kind, ref.namespace, ref.name))
             if event.type == "DELETED":
                 self._work_kinds.pop(event.key, None)
                 self.kinds.enqueue(ref.kind)
@@ -548,6 +727,7 @@ class KubeFedController(_Base[FedKey]):
                 self._work_kinds[event.key] = (ref.api_version, ref.kind)
                 if ref.kind not in self.types:
                     self._drain(ref.api_version, ref.kind)
+        self.work_event(event, "kubefed", lambda ref: (ref.kind, ref.namespace, ref.name))
 
     async def reconcile(self, key: FedKey) -> None:
         kind, namespace, name = key
@@ -559,6 +739,7 @@ class KubeFedController(_Base[FedKey]):
         fed = fed_type.informer.get(namespace, name)
         ref = ResourceRef(fed_type.api_version, kind, namespace, name)
         existing = self.shared.works_of(ref)
+        self._unsettled.discard(key)
         if fed is None:
             for work in existing:
                 await self.delete_work(work)
@@ -580,6 +761,8 @@ class KubeFedController(_Base[FedKey]):
         plan = replace(plan, source=ref)
         if fed_type.target_scope == "Namespaced" and kind != "FederatedNamespace":
             plan = self._within_namespace(plan, clusters)
+        if plan.failures or plan.error_reason:
+            self._unsettled.add(key)
         desired = W.desired_works(plan)
         await self.write_works(desired, existing, plan)
         target = ResourceRef(fed_type.target_api_version, fed_type.target_kind,
@@ -624,7 +807,8 @@ class KubeFedController(_Base[FedKey]):
                 "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
                 "status": status}
         try:
-            await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+            written = await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+            self.echoes.wrote(source_key_of(written), written)
         except NotFound:
             pass
 
@@ -647,7 +831,6 @@ class KarmadaController(_Base[TemplateKey]):
     bindings: BindingViews = field(init=False)
     # per template, what its last event showed apart from tether's own status annotation
     _seen: dict[TemplateKey, str] = field(default_factory=dict, init=False)
-    _work_pending: set[TemplateKey] = field(default_factory=set, init=False)
     failover: FailoverSettings = field(default_factory=FailoverSettings)
     step: BindingStep = field(init=False)
     # templates to schedule afresh (WorkloadRebalancer), with who waits for the outcome
@@ -656,6 +839,11 @@ class KarmadaController(_Base[TemplateKey]):
     _selected: set[GVK] = field(default_factory=set, init=False)  # by a live policy
     _work_kinds: dict[ObjectKey, GVK] = field(default_factory=dict, init=False)
     _swept: set[GVK] = field(default_factory=set, init=False)  # orphan Works looked for
+    # per template, the propagation policy (kind, namespace, name) its last plan came from
+    _policy_of: dict[TemplateKey, tuple[str, str, str]] = field(default_factory=dict,
+                                                                 init=False)
+    # templates whose last plan left a cluster out with a reason (a cluster change may fix that)
+    _unsettled: set[TemplateKey] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -673,10 +861,33 @@ class KarmadaController(_Base[TemplateKey]):
         self.bindings = BindingViews(self.host, template_of=self._template,
                                      policy_of=self._policy_for, works_of=self.shared.works_of,
                                      report_of=_report, now=lambda: rfc3339(time.time()))
-        self.shared.cluster_handlers.append(lambda _e: self.enqueue_all())
+        self.shared.placement_handlers.append(self._on_placement)
         self.shared.work_handlers.append(self._on_work)
         self.step = BindingStep(self.failover, time.time)
         self.shared.work_handlers.append(self.depsync.on_work)
+
+    def _on_placement(self, cluster: str, before: ClusterInfo | None,
+                      after: ClusterInfo | None) -> None:
+        """What placement reads of `cluster` changed: reconcile the templates whose plan could
+        change — those with a Work there, those whose policy's affinity admits it (before or
+        after), and those whose last plan had failures — not every template."""
+        keys = {(r.api_version, r.kind, r.namespace, r.name)
+                for r in self.shared.works_in(cluster, "karmada")}
+        keys |= self._unsettled
+        views = [v for v in (before, after) if v is not None]
+        admits: dict[tuple[str, str, str], bool] = {}
+        for key, policy_key in self._policy_of.items():
+            admitted = admits.get(policy_key)
+            if admitted is None:
+                kind, namespace, name = policy_key
+                policy = self.policies[kind].get(namespace or None, name)
+                placement = nested(policy, "spec", "placement")
+                admitted = admits[policy_key] = policy is None or any(
+                    policy_may_place(placement, v) for v in views)
+            if admitted:
+                keys.add(key)
+        for template_key in sorted(keys):
+            self.engine.enqueue(template_key)
 
     async def run(self) -> None:
         try:
@@ -790,6 +1001,13 @@ class KarmadaController(_Base[TemplateKey]):
         obj = event.object
         key = (str(obj.get("apiVersion")), str(obj.get("kind")), event.key.namespace,
                event.key.name)
+        if self.echoes.echo(key, event):
+            # its finalizer or status, as this controller just wrote it: no reconcile, but a
+            # finalizer let go may let the kind's watch go
+            self._seen[key] = _template_fingerprint(obj)
+            if key[:2] not in self._selected:
+                self.kinds.enqueue(key[:2])
+            return
         if event.type == "DELETED":
             self._seen.pop(key, None)
         else:
@@ -805,18 +1023,16 @@ class KarmadaController(_Base[TemplateKey]):
         found = W.work_source(event.object)
         if found is not None and found[0] == "karmada":
             ref = found[1]
-            key = (ref.api_version, ref.kind, ref.namespace, ref.name)
+            kind = (ref.api_version, ref.kind)
             if event.type == "DELETED":
                 self._work_kinds.pop(event.key, None)
-                if key[:2] not in self._selected:
-                    self.kinds.enqueue(key[:2])
+                if kind not in self._selected:
+                    self.kinds.enqueue(kind)
             else:
-                self._work_kinds[event.key] = key[:2]
-                self._watch(key[:2])
-            if key in self._work_pending:
-                return
-            self._work_pending.add(key)
-            self.engine.enqueue(key, delay_s=WORK_EVENT_DELAY_S)
+                self._work_kinds[event.key] = kind
+                self._watch(kind)
+        self.work_event(event, "karmada",
+                        lambda ref: (ref.api_version, ref.kind, ref.namespace, ref.name))
 
     def _template(self, key: TemplateKey) -> Obj | None:
         entry = self.templates.get((key[0], key[1]))
@@ -827,7 +1043,6 @@ class KarmadaController(_Base[TemplateKey]):
                                        *self.policies["ClusterPropagationPolicy"].list()])
 
     async def reconcile(self, key: TemplateKey) -> None:
-        self._work_pending.discard(key)
         api_version, kind, namespace, name = key
         ref = ResourceRef(api_version, kind, namespace, name)
         if namespace in SKIPPED_NAMESPACES or namespace.startswith("tether-"):
@@ -846,6 +1061,8 @@ class KarmadaController(_Base[TemplateKey]):
         existing = self.shared.works_of(ref)
         template = entry[0].get(namespace, name)
         self.bindings.enqueue(key)
+        self._unsettled.discard(key)
+        self._policy_of.pop(key, None)
         if template is None:
             self.step.forget(key)
             self._rebalanced(key, "ReferencedBindingNotFound")
@@ -867,6 +1084,9 @@ class KarmadaController(_Base[TemplateKey]):
             await self._unclaimed(template, existing)
             return
         await self.record.add((api_version, kind))
+        self._policy_of[key] = (str(policy.get("kind")),
+                                str(nested(policy, "metadata", "namespace") or ""),
+                                str(nested(policy, "metadata", "name")))
         await self.set_finalizer(template, api_version, True)
         overrides = [*self.policies["OverridePolicy"].list(),
                      *self.policies["ClusterOverridePolicy"].list()]
@@ -875,6 +1095,12 @@ class KarmadaController(_Base[TemplateKey]):
             source.get("metadata", {}).get("annotations", {}).pop(tether_annotation, None)
         finished = await self._bind(key, template, source, policy, policies, overrides, binding)
         plan = finished.plan
+        if (plan.failures or plan.error_reason or finished.recheck_at is not None
+                or finished.tasks_annotation or EVICTION_ANNOTATION in mapping(
+                    nested(template, "metadata", "annotations"))
+                or nested(policy, "spec", "placement", "workloadAffinity")):
+            # a cluster change may fix a failure, end an eviction, or move an affine peer
+            self._unsettled.add(key)
         await self.write_works(finished.desired, existing, plan)
         if finished.tasks_annotation is not None:
             await self._write_tasks(template, finished.tasks_annotation)
@@ -1075,12 +1301,16 @@ class KarmadaController(_Base[TemplateKey]):
             report["aggregatedStatus"] = aggregated
         meta = mapping(template.get("metadata"))
         target_ns = str(meta.get("namespace") or "") or None
-        if W.strip_volatile(old) != W.strip_volatile(report):
+        # a new template only waiting for its first reports gets its status with them: an
+        # "Applying" replaced a moment later would be one more write per template in a burst
+        first_wait = not old and cond["reason"] == "Applying"
+        if not first_wait and W.strip_volatile(old) != W.strip_volatile(report):
             text = json.dumps(report, separators=(",", ":"), sort_keys=True)
-            await self.host.patch(str(template.get("apiVersion")), str(template.get("kind")),
-                                  str(meta.get("name")),
-                                  {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
-                                  namespace=target_ns, field_manager=FIELD_MANAGER)
+            written = await self.host.patch(
+                str(template.get("apiVersion")), str(template.get("kind")), str(meta.get("name")),
+                {"metadata": {"annotations": {STATUS_ANNOTATION: text}}}, namespace=target_ns,
+                field_manager=FIELD_MANAGER)
+            self.echoes.wrote(source_key_of(written), written)
         if aggregated is None or not to_status:
             return
         status = {**aggregated, "conditions": _merge_condition(
@@ -1092,7 +1322,8 @@ class KarmadaController(_Base[TemplateKey]):
                 "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
                 "status": status}
         try:
-            await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+            written = await self.host.apply_status(body, field_manager=FIELD_MANAGER, force=True)
+            self.echoes.wrote(source_key_of(written), written)
         except KubeError as exc:
             if exc.code not in (404, 405):  # kinds without a status subresource
                 raise

@@ -223,6 +223,18 @@ def generation(obj: Obj | None) -> int:
     return value if isinstance(value, int) else 0
 
 
+def reported(work: Obj) -> bool:
+    """Whether the executor has reported on the Work's current generation (either way)."""
+    applied = condition(work, APPLIED)
+    return applied is not None and applied.get("observedGeneration") == generation(work)
+
+
+def applied_ok(work: Obj) -> bool:
+    """Whether that report says every manifest was applied."""
+    applied = condition(work, APPLIED)
+    return reported(work) and applied is not None and applied.get("status") == "True"
+
+
 def manifest_status(work: Obj, ref: ResourceRef) -> Mapping[str, Any] | None:
     """The status entry of the manifest `ref` names (kind + name) in a Work."""
     for entry in items(nested(work, "status", "manifestStatuses")):

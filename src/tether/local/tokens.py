@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import collections
 import copy
 import datetime as dt
 import hashlib
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
+VERIFIED_TOKENS = 1024  # signatures remembered per API server (see `authenticator`)
 KEY_FILE = "sa.key"
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 SA_NAME_ANNOTATION = "kubernetes.io/service-account.name"
@@ -262,6 +264,10 @@ def authenticator(store: Store, pki_dir: Path,
     """`tokens=` for `ApiServer`: static tokens first, then bootstrap tokens, then
     ServiceAccount JWTs."""
     signer = Signer.load_or_create(pki_dir)
+    # Tokens whose signature this key verified, and their claims: a client sends the same token
+    # with every request, and an ECDSA verification costs more than the rest of most requests.
+    # The claims are still checked against the store every time (expiry, revocation).
+    verified: collections.OrderedDict[str, Obj] = collections.OrderedDict()
 
     def check(token: str) -> str | None:
         user = static(token)
@@ -270,8 +276,15 @@ def authenticator(store: Store, pki_dir: Path,
             return None if found is None else found.username
         if user is not None or token.count(".") != 2:
             return user
-        claims = signer.verify(token)
-        return None if claims is None else check_claims(claims, store, time.time())
+        claims = verified.get(token)
+        if claims is None:
+            claims = signer.verify(token)
+            if claims is None:
+                return None
+            verified[token] = claims
+            if len(verified) > VERIFIED_TOKENS:
+                verified.popitem(last=False)
+        return check_claims(claims, store, time.time())
 
     return check
 
