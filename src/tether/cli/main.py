@@ -10,6 +10,7 @@ from tether import __version__
 from tether.cli import (
     agent,
     bridge,
+    bridgeconnect,
     certs,
     clusters,
     connect,
@@ -47,6 +48,7 @@ proxy.register(app)  # proxy serve, kubeconfig, logs -C, exec -C
 whoami.register(app)  # whoami (hidden): check credentials, in a pod too
 connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
 bridge.register(app)  # env, volumes: a workload's environment and files here
+bridgeconnect.register(app)  # connect, quit, bridge status: the cluster's Services here
 dns.register(app)  # dns: clusterset.local and Semaphore's names, forwarding the rest
 
 
