@@ -218,3 +218,18 @@ def test_killed_session_is_cleaned_by_the_next(clusters: Any, seeded: tuple[str,
     out = tether(home, "quit")
     assert f"session {second.proc.pid}" in out
     assert hosts.read_bytes() == HOSTS_BEFORE
+
+
+pytest_plugins = ["tether.bridge.pytest_plugin"]
+
+
+def test_python_api_and_fixture(clusters: Any, seeded: tuple[str, str], tether_connect: Any) -> None:
+    ns, other = seeded
+    session = tether_connect(kubeconfig=clusters.kubeconfig, context=clusters.names[0], namespaces=[ns, other])
+    assert session.address("todos-db") == ("127.1.1.5", 27017)  # (namespace, name) order: todos-db is 5th
+    poll(lambda: answers(*session.address("frontend")), timeout=TIMEOUT_S, what="frontend through the API")
+    assert answers(*session.address("inventory", namespace=other))
+    env = session.environment("deploy/echo").as_dict()
+    assert env["TODOS_DB_SERVICE_HOST"] == "todos-db" and env["TODOS_DB_SERVICE_PORT"] == "27017"
+    names = {m.name for m in session.mappings}
+    assert names == {*SEED, "inventory"}
