@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,31 @@ def test_dns_answers(name: str, qtype: int, rcode: int | None, address: str | No
     assert reply is not None and reply.rcode == rcode
     got = [r.rdata.address for r in reply.answers if isinstance(r.rdata, w.A)]
     assert got == ([address] if address else [])
+
+
+def test_cluster_ranges_from_nodes_servicecidrs_and_seen_addresses() -> None:
+    from tether.bridge.routes import cluster_ranges
+
+    nodes = [{"spec": {"podCIDR": "10.16.1.0/24", "podCIDRs": ["10.16.1.0/24"]}}, {"spec": {"podCIDR": "10.16.2.0/24"}}]
+    cidrs = [{"spec": {"cidrs": ["10.96.0.0/16", "fd00::/108"]}}]
+    got = cluster_ranges(nodes, cidrs, ["10.96.0.10", "10.97.0.5", "127.64.0.1", "None"])
+    assert got == ["10.16.1.0/24", "10.16.2.0/24", "10.96.0.0/16", "10.97.0.5/32"]  # loopback and IPv6 left out
+
+
+def test_nft_table_redirects_tcp_and_each_udp_port_and_guards_the_rest() -> None:
+    import shutil
+    import subprocess
+
+    from tether.bridge.routes import UdpRedirect, render_table
+
+    script = render_table("tether-bridge-1", ["10.16.0.0/16", "10.96.0.10/32"], 40000,
+                          [UdpRedirect("10.96.0.10", 53, 40001)])
+    assert "ip daddr 10.96.0.10 udp dport 53 redirect to :40001" in script
+    assert "ip daddr @cluster meta l4proto tcp redirect to :40000" in script
+    assert "ip daddr @cluster drop" in script
+    assert script.index("delete table ip tether-bridge-1") < script.index("table ip tether-bridge-1 {\n")
+    nft = shutil.which("nft")
+    if nft and os.geteuid() == 0:  # the kernel's own parser, without loading anything (-c)
+        done = subprocess.run([nft, "-c", "-f", "-"], input=script.replace(
+            "table ip tether-bridge-1 {}\ndelete table ip tether-bridge-1\n", ""), text=True, capture_output=True)
+        assert done.returncode == 0, done.stderr

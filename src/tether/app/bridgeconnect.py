@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tether.app import clusterproxy
-from tether.bridge import sessionstate
+from tether.bridge import routes, sessionstate
 from tether.bridge.channel import ClusterChannel, DirectChannel
 from tether.bridge.session import ClusterSpec, ConnectSession, SessionOptions
 from tether.kube import KubeClient, load_kubeconfig
@@ -37,6 +37,7 @@ class ConnectRequest:
     dns_port: int = 53
     env_only: bool = False
     direct: bool = True
+    routes: bool = False
     state_root: Path | None = None
 
 
@@ -74,7 +75,8 @@ async def open_clusters(request: ConnectRequest) -> list[ClusterSpec]:
 
 def session_options(request: ConnectRequest) -> SessionOptions:
     return SessionOptions(hosts_file=request.hosts_file, dns=request.dns, dns_address=request.dns_address,
-                          dns_port=request.dns_port, env_only=request.env_only, state_root=request.state_root)
+                          dns_port=request.dns_port, env_only=request.env_only, state_root=request.state_root,
+                          routes=request.routes)
 
 
 async def serve(request: ConnectRequest, announce: Callable[[str], None]) -> None:
@@ -91,4 +93,12 @@ async def serve(request: ConnectRequest, announce: Callable[[str], None]) -> Non
 
 def clean_up(record: sessionstate.Recorded) -> list[str]:
     """Undo what a session that has ended left behind (all of it when it was killed)."""
-    return sessionstate.clean_local(record, daemon.alive)
+    def remove_table(name: str) -> None:
+        if routes.table_exists_sync(name):
+            routes.delete_table_sync(name)
+
+    done = sessionstate.clean_local(record, daemon.alive, None)
+    if record.nft_table and routes.table_exists_sync(record.nft_table):
+        remove_table(record.nft_table)
+        done.append(f"deleted nftables table {record.nft_table}")
+    return done

@@ -48,7 +48,7 @@ class Counters:
     failures: int = 0
 
 
-class _CountingStream:
+class CountingStream:
     """A `ByteStream` that adds what passes through it to counters."""
 
     def __init__(self, inner: ByteStream, counters: Counters) -> None:
@@ -115,7 +115,7 @@ class Listener:
             _reset(writer)
             return
         with contextlib.suppress(Exception):
-            await splice(local, _CountingStream(remote, self.counters))
+            await splice(local, CountingStream(remote, self.counters))
 
     async def aclose(self) -> None:
         if self._server is not None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.bridge import hostsfile, sessionstate
+from tether.bridge import hostsfile, routes, sessionstate
 from tether.bridge.channel import BridgeError, ClusterChannel
 from tether.bridge.envresolve import ServiceAddress
 from tether.bridge.forward import BindFailed, Counters, Listener
@@ -78,6 +78,7 @@ class SessionOptions:
     env_only: bool = False
     state_root: Path | None = None
     cluster_domain: str = "cluster.local"
+    routes: bool = False  # root on Linux: pod and Service ranges through a transparent proxy
 
 
 @dataclass
@@ -133,6 +134,10 @@ class ConnectSession:
         self._skipped: set[ServiceKey] = set()
         self._cluster_dns: dict[str, str] = {}
         self._state_written = ""
+        self.proxy: routes.TransparentProxy | None = None
+        self._relays: dict[tuple[str, str, int], Listener] = {}  # (cluster, ClusterIP, port) -> UDP relay
+        self._range_sources: dict[str, tuple[list[Any], list[Any]]] = {}
+        self._table_loaded = ""
 
     # queries -----------------------------------------------------------------------------
 
@@ -178,6 +183,8 @@ class ConnectSession:
             await self.dns.start()
         for cluster in self.clusters:
             await self._find_cluster_dns(cluster)
+        if self.options.routes:
+            await self._start_routes()
             for namespace in cluster.namespaces:
                 informer = Informer(cluster.client, "v1", "Service", namespace,
                                     on_event=lambda _event: self._changed.set())
@@ -243,6 +250,8 @@ class ConnectSession:
             if key not in self.mapped:
                 await self._map(infos[key])
         self._update_names()
+        if self.proxy is not None:
+            await self._update_routes()
 
     async def _map(self, info: ServiceInfo) -> None:
         cluster = next(c for c in self.clusters if c.name == info.key.cluster)
@@ -304,6 +313,52 @@ class ConnectSession:
             zones += [Zone(c.name, self._forwarder(c)) for c in self.clusters[1:] if self.naming.multi_cluster]
             self.dns.table = Table(table, tuple(zones))
 
+    # routes ------------------------------------------------------------------------------
+
+    @property
+    def table(self) -> str:
+        return routes.table_name(self.pid) if self.options.routes else ""
+
+    async def _start_routes(self) -> None:
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            raise SessionError("--routes needs root (it loads an nftables table)")
+        for cluster in self.clusters:
+            self._range_sources[cluster.name] = await routes.learn_ranges(cluster.client)
+        self.proxy = routes.TransparentProxy({c.name: c.channel for c in self.clusters})
+        await self.proxy.start()
+
+    async def _update_routes(self) -> None:
+        assert self.proxy is not None
+        wanted: set[tuple[str, str, int]] = set()
+        for cluster in self.clusters:
+            dns = self._cluster_dns.get(cluster.name)
+            if dns:
+                wanted.add((cluster.name, dns, 53))
+        for key, info in self._infos.items():
+            wanted |= {(key.cluster, info.cluster_ip, port) for protocol, port in info.ports if protocol == "UDP"}
+        for gone in set(self._relays) - wanted:
+            await self._relays.pop(gone).aclose()
+        for cluster_name, ip, port in sorted(wanted - set(self._relays)):
+            channel = next(c.channel for c in self.clusters if c.name == cluster_name)
+            relay = Listener(channel, "127.0.0.1", 0, ip, port, "UDP", self.proxy.counters)
+            await relay.start()
+            self._relays[(cluster_name, ip, port)] = relay
+        all_ranges: list[str] = []
+        for cluster in self.clusters:
+            nodes, cidrs = self._range_sources.get(cluster.name, ([], []))
+            ips = [i.cluster_ip for k, i in self._infos.items() if k.cluster == cluster.name]
+            ips += [self._cluster_dns[cluster.name]] if cluster.name in self._cluster_dns else []
+            ranges = routes.cluster_ranges(nodes, cidrs, ips)
+            self.proxy.set_ranges(cluster.name, ranges)
+            all_ranges += ranges
+        udp = [routes.UdpRedirect(ip, port, relay.port) for (_, ip, port), relay in sorted(self._relays.items())]
+        script = routes.render_table(self.table, all_ranges, self.proxy.port, udp)
+        if script != self._table_loaded:
+            await routes.load(script)
+            self._table_loaded = script
+            self.announce(f"routes: {', '.join(all_ranges) or 'nothing yet'} through the bridge "
+                          f"(nftables table ip {self.table})")
+
     # state -------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
@@ -314,7 +369,11 @@ class ConnectSession:
             "hostsFile": str(self.options.hosts_file) if self.options.hosts_file and not self.options.env_only else "",
             "dns": f"{self.dns.host}:{self.dns.port}" if self.dns else "",
             "envOnly": self.options.env_only,
-            "nftTable": "",
+            "nftTable": self.table,
+            "routes": {"ranges": {c: [str(n) for n in nets] for c, nets in self.proxy.ranges.items()},
+                       "bytesOut": self.proxy.counters.bytes_out, "bytesIn": self.proxy.counters.bytes_in,
+                       "connections": self.proxy.counters.connections,
+                       "failures": self.proxy.counters.failures} if self.proxy else None,
             "clusters": [{"name": c.name, "context": c.context, "kubeconfig": c.kubeconfig,
                           "namespaces": list(c.namespaces), "agent": c.agent,
                           "channel": type(c.channel).__name__} for c in self.clusters],
@@ -344,7 +403,7 @@ class ConnectSession:
             return
         for record in sessionstate.read_all(self.options.state_root):
             if record.pid != self.pid and not alive(record.pid):
-                for line in sessionstate.clean_local(record, alive):
+                for line in sessionstate.clean_local(record, alive, routes.delete_table_sync):
                     self.announce(f"cleaned up after session {record.pid}, which is gone: {line}")
 
     async def _teardown(self) -> None:
@@ -355,6 +414,13 @@ class ConnectSession:
                 with contextlib.suppress(Exception):
                     await listener.aclose()
         self.mapped.clear()
+        for relay in self._relays.values():
+            with contextlib.suppress(Exception):
+                await relay.aclose()
+        if self.proxy is not None:
+            await self.proxy.aclose()
+        if self._table_loaded:
+            await routes.delete_table(self.table)
         if self.dns is not None:
             await self.dns.aclose()
         if self.options.hosts_file is not None and not self.options.env_only:

@@ -58,6 +58,8 @@ def connect(
     env_only: Annotated[bool, Opt("--env-only", help="Only addresses for `tether env`: no names at all")] = False,
     direct: Annotated[bool, Opt("--direct/--agent", help="Dial cluster addresses from this machine instead of "
                                 "through the bridge agent (they must be reachable here)")] = True,
+    use_routes: Annotated[bool, Opt("--routes", help="Root on Linux: the cluster's pod and Service "
+                                    "addresses reachable here (nftables redirect to a transparent proxy)")] = False,
     detach: Annotated[bool, Opt("--detach", "-d", help="Run in the background; `tether quit` ends it")] = False,
     data_dir: DataDir = None,
 ) -> None:
@@ -76,7 +78,8 @@ def connect(
     request = session_app.ConnectRequest(
         contexts=tuple(context or ()), members=tuple(cluster or ()), hub_context=hub_context,
         kubeconfig=kubeconfig, namespaces=tuple(namespace or ()), hosts_file=hosts, dns=serve_dns,
-        dns_address=dns_address, dns_port=dns_port, env_only=env_only, direct=direct, state_root=root)
+        dns_address=dns_address, dns_port=dns_port, env_only=env_only, direct=direct, routes=use_routes,
+        state_root=root)
 
     async def main() -> None:
         task = asyncio.current_task()
@@ -172,6 +175,11 @@ def status(
             typer.echo(f"  names in {record.doc['hostsFile']}")
         if record.doc.get("dns"):
             typer.echo(f"  DNS on {record.doc['dns']}")
+        routed = record.doc.get("routes")
+        if routed:
+            ranges = "; ".join(f"{c}: {', '.join(r)}" for c, r in (routed.get("ranges") or {}).items())
+            typer.echo(f"  routes ({record.nft_table}): {ranges or 'none yet'}; {routed.get('bytesOut', 0)} bytes out, "
+                       f"{routed.get('bytesIn', 0)} in, {routed.get('connections', 0)} connections")
         typer.echo(f"  {'SERVICE':<32} {'CLUSTER':<12} {'ADDRESS':<22} {'OUT':>10} {'IN':>10} CONNS")
         for m in record.mappings:
             ports = ",".join(str(p["localPort"]) for p in m.get("ports") or [])
