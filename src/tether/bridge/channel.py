@@ -87,6 +87,24 @@ class ClusterChannel(Protocol):
     async def aclose(self) -> None: ...
 
 
+class ReverseRegistration(Protocol):
+    """A route served by `serve_reverse`; `aclose()` stops serving it."""
+
+    async def aclose(self) -> None: ...
+
+
+class ReverseChannel(ClusterChannel, Protocol):
+    """A channel the cluster can open streams back through (`MuxChannel`)."""
+
+    async def serve_reverse(self, route: str, port: int, handler: ReverseHandler) -> ReverseRegistration:
+        """Have the cluster end send streams for `route` and developer `port` to `handler`.
+
+        Each stream runs `handler` in its own task; the registration survives the channel
+        reconnecting. Another client already serving `route` is an error (`BridgeError`).
+        """
+        ...
+
+
 class _AsyncioStream:
     """`ByteStream` over an asyncio connection."""
 

@@ -13,6 +13,7 @@ import typer
 
 from tether.bridge import api, b2kconfig, render, sessionstate
 from tether.bridge import volumecopy as volumes
+from tether.bridge.agent import DEFAULT_CONTROL_PORT, DEFAULT_MUX_PORT, AgentConfig, run_agent
 from tether.bridge.envresolve import ResolveError, ServiceAddress
 from tether.cli.options import state_root
 from tether.kube import KubeError
@@ -26,9 +27,64 @@ Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig conte
 Kubeconfig = Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file")]
 
 
+bridge_app = typer.Typer(help="The developer bridge: `status` of `tether connect` sessions, the "
+                         "in-cluster agent.", no_args_is_help=True)
+
+
 def register(app: typer.Typer) -> None:
     app.command(name="env")(env)
     app.command(name="volumes")(volumes_command)
+    app.add_typer(bridge_app, name="bridge")
+
+
+def _address(text: str, what: str) -> tuple[str, int]:
+    """`:7700`, `7700`, `0.0.0.0:7700`, `[::]:7700` -> (host, port); host "" means every address."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+        if not 0 <= port < 65536:
+            raise ValueError
+    except ValueError:
+        raise _fail(f"{what} must be [HOST]:PORT with a port from 0 to 65535, not {text!r}") from None
+    return host, port
+
+
+@bridge_app.command(name="agent")
+def agent_command(
+    listen: Annotated[str, typer.Option("--listen", help="Address for developers' multiplexed "
+                                        "connections, [HOST]:PORT")] = f":{DEFAULT_MUX_PORT}",
+    control: Annotated[str, typer.Option("--control", help="Address for health checks and reverse "
+                                         "streams from in-cluster routers, [HOST]:PORT")] = f":{DEFAULT_CONTROL_PORT}",
+    grace: Annotated[float, typer.Option("--grace", help="Seconds to let clients move away on SIGTERM")] = 5.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run the bridge agent (in a pod of the tether image): dials for developers, carries reverse streams."""
+    import logging
+
+    from tether.app.signals import HARD_EXIT_MARGIN_S, stop_on_signals
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, port = _address(listen, "--listen")
+    control_host, control_port = _address(control, "--control")
+    if control_host != host:
+        raise _fail("--listen and --control must use the same host (or none)")
+    config = AgentConfig(host=host, port=port, control_port=control_port)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        with stop_on_signals(stop, hard_exit_after_s=grace + HARD_EXIT_MARGIN_S):
+            await run_agent(config, stop, grace_s=grace)
+
+    try:
+        asyncio.run(run())
+    except OSError as exc:
+        raise _fail(f"cannot listen: {exc}") from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
 
 
 def _fail(message: str) -> typer.Exit:

@@ -16,13 +16,13 @@ import typer
 from tether.app import bridgeconnect as session_app
 from tether.bridge import hostsfile, sessionstate
 from tether.bridge.channel import BridgeError
+from tether.cli.bridge import bridge_app  # `tether bridge ...`: status joins agent there
 from tether.cli.options import DataDir, state_root
 from tether.kube import KubeError
 from tether.kube.config import KubeconfigError
 from tether.net import daemon
 
 Opt = typer.Option
-bridge_app = typer.Typer(help="The developer bridge: what `tether connect` maps.", no_args_is_help=True)
 DETACH_WAIT_S = 120.0
 STOP_WAIT_S = 20.0
 
@@ -30,7 +30,6 @@ STOP_WAIT_S = 20.0
 def register(app: typer.Typer) -> None:
     app.command(name="connect")(connect)
     app.command(name="quit")(quit_command)
-    app.add_typer(bridge_app, name="bridge")
 
 
 def _fail(message: str) -> typer.Exit:
