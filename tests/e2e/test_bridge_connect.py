@@ -89,6 +89,13 @@ class Session(Collected):
         return {m.group(1): (m.group(2), int(m.group(3))) for line in self.snapshot()
                 if (m := AVAILABLE.search(line))}
 
+    def wait_mapped(self, count: int) -> None:
+        try:
+            poll(lambda: len(self.mapped()) >= count and self.running(), timeout=TIMEOUT_S, interval=0.2,
+                 what=f"{count} Services announced")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; output:\n" + "\n".join(self.snapshot())) from None
+
     def dns(self) -> tuple[str, int]:
         found = next((m for line in self.snapshot() if (m := DNS_LINE.search(line))), None)
         assert found, "\n".join(self.snapshot())
@@ -126,6 +133,12 @@ def tether(env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
+def agents(clusters: Any) -> list[str]:
+    """The bridge agents' Deployments in the cluster (none once every session is gone)."""
+    listed = clusters.kubectl_json("get", "deployments", "-A", "-l", "app.kubernetes.io/component=bridge-agent")
+    return [f"{d['metadata']['namespace']}/{d['metadata']['name']}" for d in listed["items"]]
+
+
 def start(clusters: Any, env: dict[str, str], hosts: Path, *namespaces: str) -> Session:
     args = ["--kubeconfig", str(clusters.kubeconfig), "--context", clusters.names[0], "--hosts-file", str(hosts),
             "--dns", "--dns-port", "0"]
@@ -139,8 +152,7 @@ def test_connect_maps_services_by_address_and_name(clusters: Any, seeded: tuple[
     ns, other = seeded
     session = start(clusters, home, hosts, ns, other)
     try:
-        poll(lambda: len(session.mapped()) >= 6 and session.dns(), timeout=TIMEOUT_S, interval=0.2,
-             what="six Services announced\n" + "\n".join(session.snapshot()))
+        session.wait_mapped(6)
         mapped = session.mapped()
         # B2K's layout: 127.1.1.1 upwards, the Service's own port
         assert {name: port for name, (_, port) in mapped.items()} == {**SEED, f"inventory.{other}": 8000}
@@ -185,12 +197,17 @@ def test_connect_maps_services_by_address_and_name(clusters: Any, seeded: tuple[
         assert "STATS_QUEUE_PORT_5672_TCP_ADDR=stats-queue" in env_out
         assert "STATS_QUEUE_SERVICE_HOST=stats-queue" in env_out
 
+        assert len(agents(clusters)) == 1  # traffic went through the session's bridge agent
+        assert "(connected)" in text
         out = tether(home, "quit")
         assert "stopping session" in out
         assert session.proc.wait(timeout=TIMEOUT_S) == 0
     finally:
         session.stop()
     assert hosts.read_bytes() == HOSTS_BEFORE
+    assert agents(clusters) == []
+    poll(lambda: clusters.kubectl("get", "namespace", "tether-bridge", check=False).returncode != 0,
+         timeout=TIMEOUT_S, what="the agent's namespace removed")
     assert not list((Path(home["TETHER_HOME"]) / "bridge" / "sessions").glob("*.json"))
     with socket.socket() as probe:
         assert probe.connect_ex(mapped["frontend"]) != 0  # nothing listens any more
@@ -200,15 +217,18 @@ def test_killed_session_is_cleaned_by_the_next(clusters: Any, seeded: tuple[str,
                                                home: dict[str, str], hosts: Path) -> None:
     ns, _ = seeded
     first = start(clusters, home, hosts, ns)
-    poll(lambda: len(first.mapped()) >= 5, timeout=TIMEOUT_S, what="first session up")
+    first.wait_mapped(5)
+    poll(lambda: len(hosts_names(hosts)) >= 20, timeout=TIMEOUT_S, what="the first session's hosts block")
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait(timeout=TIMEOUT_S)
     assert f"pid={first.proc.pid}" in hosts.read_text()  # SIGKILL: nothing could clean up
 
     second = start(clusters, home, hosts, ns)
     try:
-        poll(lambda: len(second.mapped()) >= 5, timeout=TIMEOUT_S, what="second session up")
+        second.wait_mapped(5)
         assert any(f"cleaned up after session {first.proc.pid}" in line for line in second.snapshot())
+        assert any("removed the bridge agent" in line for line in second.snapshot())
+        assert len(agents(clusters)) == 1  # the second session's own
         text = hosts.read_text()
         assert f"pid={first.proc.pid}" not in text and f"pid={second.proc.pid}" in text
         os.kill(second.proc.pid, signal.SIGKILL)
@@ -216,8 +236,9 @@ def test_killed_session_is_cleaned_by_the_next(clusters: Any, seeded: tuple[str,
     finally:
         second.stop()
     out = tether(home, "quit")
-    assert f"session {second.proc.pid}" in out
+    assert f"session {second.proc.pid}" in out and "removed the bridge agent" in out
     assert hosts.read_bytes() == HOSTS_BEFORE
+    assert agents(clusters) == []
 
 
 pytest_plugins = ["tether.bridge.pytest_plugin"]

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.bridge import api
+from tether.bridge import agentpods, api
 from tether.bridge.channel import ClusterChannel, DirectChannel
 from tether.bridge.envresolve import Environment, ServiceAddress
+from tether.bridge.muxchannel import MuxChannel
 from tether.bridge.session import ClusterSpec, ConnectSession, SessionError, SessionOptions
 from tether.kube import KubeClient, load_kubeconfig
 
@@ -108,8 +109,13 @@ class Connection:
 @contextlib.contextmanager
 def connect(*, context: str | None = None, kubeconfig: Path | None = None, namespaces: Sequence[str] = (),
             hosts_file: Path | None = None, dns: bool = False, env_only: bool = False,
-            channel: ClusterChannel | None = None, state_root: Path | None = None) -> Iterator[Connection]:
-    """Map every Service of `namespaces` (default: the context's) for the duration of the block."""
+            direct: bool = False, channel: ClusterChannel | None = None, state_root: Path | None = None
+            ) -> Iterator[Connection]:
+    """Map every Service of `namespaces` (default: the context's) for the duration of the block.
+
+    Traffic goes through a bridge agent made for the session (removed at the end), or with
+    `direct=True` straight from this machine; `channel` supplies one's own.
+    """
     credentials = load_kubeconfig(kubeconfig, context)
     name = context or credentials.context or "cluster"
     options = SessionOptions(hosts_file=hosts_file, dns=dns, env_only=env_only, state_root=state_root,
@@ -120,12 +126,21 @@ def connect(*, context: str | None = None, kubeconfig: Path | None = None, names
 
     async def main() -> None:
         client = KubeClient(credentials)
-        spec = ClusterSpec(name, client, channel or DirectChannel(name),
-                           tuple(namespaces) or (credentials.namespace or "default",),
-                           context=credentials.context, kubeconfig=str(kubeconfig or ""))
+        holder["task"] = asyncio.current_task()
+        agent: agentpods.AgentRef | None = None
+        chosen = channel
+        if chosen is None and direct:
+            chosen = DirectChannel(name)
+        if chosen is None:
+            agent = await agentpods.ensure_agent(client)
+            chosen = MuxChannel(name, agentpods.portforward_connector(client, agent))
+            await chosen.start()
+        spec = ClusterSpec(name, client, chosen, tuple(namespaces) or (credentials.namespace or "default",),
+                           context=credentials.context, kubeconfig=str(kubeconfig or ""),
+                           agent=f"{agent.namespace}/{agent.name}" if agent else "",
+                           agent_session=agent.session if agent else "")
         session = ConnectSession([spec], options, announce=lambda line: None)
         holder["session"] = session
-        holder["task"] = asyncio.current_task()
         runner = asyncio.create_task(session.run())
         waiter = asyncio.create_task(session.ready.wait())
         try:
@@ -139,6 +154,9 @@ def connect(*, context: str | None = None, kubeconfig: Path | None = None, names
             runner.cancel()
             with contextlib.suppress(BaseException):
                 await runner
+            if agent is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(agentpods.remove_agent(client, agent))
             await client.close()
 
     def thread_main() -> None:

@@ -66,7 +66,8 @@ class ClusterSpec:
     namespaces: tuple[str, ...]
     context: str = ""
     kubeconfig: str = ""
-    agent: str = ""  # "namespace/name" of the bridge agent the session uses, for status and quit
+    agent: str = ""  # "namespace/name" of the bridge agent the session uses, for status
+    agent_session: str = ""  # the agent's session label, for `tether quit` after a kill
 
 
 @dataclass(frozen=True)
@@ -183,12 +184,12 @@ class ConnectSession:
             await self.dns.start()
         for cluster in self.clusters:
             await self._find_cluster_dns(cluster)
-        if self.options.routes:
-            await self._start_routes()
             for namespace in cluster.namespaces:
                 informer = Informer(cluster.client, "v1", "Service", namespace,
                                     on_event=lambda _event: self._changed.set())
                 self._informers.append((cluster, informer))
+        if self.options.routes:
+            await self._start_routes()
         self._tasks = [asyncio.get_running_loop().create_task(inf.run(), name=f"services {c.name}/{inf.namespace}")
                        for c, inf in self._informers]
         for cluster, informer in self._informers:
@@ -375,8 +376,10 @@ class ConnectSession:
                        "connections": self.proxy.counters.connections,
                        "failures": self.proxy.counters.failures} if self.proxy else None,
             "clusters": [{"name": c.name, "context": c.context, "kubeconfig": c.kubeconfig,
-                          "namespaces": list(c.namespaces), "agent": c.agent,
-                          "channel": type(c.channel).__name__} for c in self.clusters],
+                          "namespaces": list(c.namespaces), "agent": c.agent, "agentSession": c.agent_session,
+                          "channel": type(c.channel).__name__,
+                          "connected": getattr(c.channel, "connected", None),
+                          "connects": getattr(c.channel, "connects", None)} for c in self.clusters],
             "mappings": [{"cluster": m.key.cluster, "namespace": m.key.namespace, "name": m.key.name,
                           "display": self.display_name(m.key), "address": m.address, "clusterIP": m.info.cluster_ip,
                           "names": list(m.names), "envHost": self._env_host(m),
@@ -396,6 +399,11 @@ class ConnectSession:
             return
         sessionstate.write(sessionstate.path_for(self.options.state_root, self.pid), doc)
         self._state_written = text
+
+    def write_early_state(self) -> None:
+        """Record the session before it sets anything up, so a kill at any point can be undone."""
+        self._reap_stale()
+        self._write_state()
 
     def _reap_stale(self) -> None:
         """Clean up after sessions that were killed (their pid is gone)."""

@@ -55,8 +55,8 @@ def connect(
     dns_address: Annotated[str, Opt("--dns-address", help="Address of that DNS server")] = "127.1.0.53",
     dns_port: Annotated[int, Opt("--dns-port", help="Its port (53 taken or not allowed: a free one)")] = 53,
     env_only: Annotated[bool, Opt("--env-only", help="Only addresses for `tether env`: no names at all")] = False,
-    direct: Annotated[bool, Opt("--direct/--agent", help="Dial cluster addresses from this machine instead of "
-                                "through the bridge agent (they must be reachable here)")] = True,
+    direct: Annotated[bool, Opt("--direct", help="Dial cluster addresses from this machine instead of "
+                                "through the bridge agent (they must be reachable here; no cluster objects)")] = False,
     use_routes: Annotated[bool, Opt("--routes", help="Root on Linux: the cluster's pod and Service "
                                     "addresses reachable here (nftables redirect to a transparent proxy)")] = False,
     detach: Annotated[bool, Opt("--detach", "-d", help="Run in the background; `tether quit` ends it")] = False,
@@ -168,6 +168,9 @@ def status(
         typer.echo(f"session {record.pid}: {state}")
         for c in record.doc.get("clusters") or []:
             agent = c.get("agent") or "none (direct)"
+            if c.get("agent"):
+                agent += " (connected)" if c.get("connected") else " (not connected)"
+                agent += f", {c.get('connects')} connection(s) made"
             typer.echo(f"  cluster {c['name']}: namespaces {', '.join(c.get('namespaces') or [])}; "
                        f"channel {c.get('channel')}; agent {agent}")
         if record.doc.get("hostsFile"):
