@@ -15,6 +15,7 @@ import errno
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from tether.bridge.channel import (
     BridgeError,
@@ -141,8 +142,7 @@ class _UdpRelay(asyncio.DatagramProtocol):
         self._clients: dict[tuple[str, int], _UdpClient] = {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self._transport = transport
+        self._transport = cast(asyncio.DatagramTransport, transport)  # selector transports do not subclass it
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         client = self._clients.get(addr)
