@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tether.bridge.agent import AgentConfig, BridgeAgent, ReverseRoutes, RouteNotFound
+from tether.bridge.agent import AgentConfig, BridgeAgent, ReverseRoutes, RouteNotFound, dial_reverse
 from tether.bridge.channel import (
     ChannelLost,
     DialFailed,
@@ -80,6 +80,8 @@ async def test_tcp_through_agent_with_half_close_and_bulk() -> None:
         await writer
         await stream.aclose()
         assert channel.agent.get("role") == "agent"
+        assert (channel.stats.bytes_sent, channel.stats.bytes_received, channel.stats.streams_opened) == \
+            (len(payload), len(payload), 1)
 
 
 async def test_many_streams_at_once() -> None:
@@ -159,6 +161,16 @@ async def test_reverse_route_in_process_and_over_control_port() -> None:
         await upgraded.send(b"ping")
         assert await _read_all(upgraded) == b"developer got ping"
         await upgraded.aclose()
+        # the same with the client helper a router pod uses
+        helper = await dial_reverse("127.0.0.1", agent.control_port, "naison-e4be", 3001, "router:1")
+        await helper.send(b"hi")
+        assert await _read_all(helper) == b"developer got hi"
+        await helper.aclose()
+        assert seen[-1].peer == "router:1"
+        with pytest.raises(RouteNotFound):
+            await dial_reverse("127.0.0.1", agent.control_port, "nobody", 3001)
+        with pytest.raises(DialFailed, match="serves no route"):
+            await dial_reverse("127.0.0.1", agent.control_port, "naison-e4be", 9999)
         # an unknown route is a 404, and a port the developer does not serve is refused
         with pytest.raises(RouteNotFound):
             await routes.open("someone-else", 3001)
@@ -222,3 +234,72 @@ async def test_open_without_agent_fails_within_deadline() -> None:
     with pytest.raises(ChannelLost, match="no bridge agent in nowhere"):
         await channel.open_tcp("127.0.0.1", 80)
     await channel.aclose()
+
+
+async def test_slow_reader_bounds_what_the_agent_buffers() -> None:
+    """A destination that sends fast to a client that does not read: the agent stops reading it
+    once the client's window is used up, rather than buffering everything."""
+    total = 32 * 1024 * 1024
+    written = 0
+    done = asyncio.Event()
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal written
+        chunk = b"z" * 65536
+        try:
+            while written < total:
+                writer.write(chunk)
+                await writer.drain()
+                written += len(chunk)
+        finally:
+            done.set()
+            writer.close()
+
+    server = await asyncio.start_server(flood, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, _agent() as agent, MuxChannel("test", tcp_connector("127.0.0.1", agent.port)) as channel:
+        stream = await channel.open_tcp("127.0.0.1", port)
+        await _until(lambda: written >= 1024 * 1024)  # a window's worth got through
+        await asyncio.sleep(1.0)  # plenty of time to buffer everything, were nothing holding it back
+        assert written < 12 * 1024 * 1024, written  # one 1 MiB window plus socket buffers, not 32 MiB
+        assert not done.is_set()
+        for connection in agent._connections:
+            assert connection.session.pending_output < 2 * 1024 * 1024
+        received = 0
+        async with asyncio.timeout(DEADLINE_S):
+            while chunk := await stream.receive():
+                received += len(chunk)
+        assert received == total
+        await stream.aclose()
+
+
+async def test_agent_process_stops_on_sigterm_and_clients_notice() -> None:
+    """`tether bridge agent` as a process: SIGTERM sends GOAWAY, the client's connection ends, the
+    process exits 0 within its grace (bounded by the watchdog)."""
+    import re
+    import signal
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tether", "bridge", "agent", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
+        "--grace", "2", "-v", stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            while not (found := re.search(rb"mux on 127\.0\.0\.1:(\d+)", await proc.stderr.readline())):
+                pass
+        channel = MuxChannel("proc", tcp_connector("127.0.0.1", int(found.group(1))), reconnect_deadline_s=1.0)
+        await channel.start()
+        status = await channel.status()
+        assert status["ok"] is True
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(DEADLINE_S):
+            assert await proc.wait() == 0
+        await _until(lambda: not channel.connected)
+        with pytest.raises(ChannelLost):
+            await channel.open_tcp("127.0.0.1", 1)
+        await channel.aclose()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import time
+import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ from tether.bridge.channel import (
     stream_from_asyncio,
 )
 from tether.bridge.muxconn import MuxConnection, MuxDatagrams, OpenRequest, StreamReset
+from tether.net import dnsclient, dnswire, http1
 from tether.net.httpserver import HttpServer, Request, Response, UpgradeResponse
 
 log = logging.getLogger(__name__)
@@ -158,6 +160,9 @@ class AgentConfig:
     control_port: int = DEFAULT_CONTROL_PORT
     dial_timeout_s: float = DEFAULT_DIAL_TIMEOUT_S
     own_addresses: tuple[str, ...] = ()
+    # Asked for names the pod's own resolver does not know: where pods share the machine's
+    # resolver (rootless local clusters), cluster names resolve only here.
+    cluster_dns: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -199,7 +204,6 @@ class BridgeAgent:
     _servers: list[asyncio.Server] = field(default_factory=list, init=False)
     _control: HttpServer | None = field(default=None, init=False)
     _connections: set[MuxConnection] = field(default_factory=set, init=False)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _own: tuple[str, ...] = field(default=(), init=False)
 
     @property
@@ -247,11 +251,6 @@ class BridgeAgent:
             await connection.aclose("agent shutting down")
         if self._control is not None:
             await self._control.close(grace_s=1.0)
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
 
     # -- mux side
 
@@ -296,8 +295,28 @@ class BridgeAgent:
         try:
             infos = await loop.getaddrinfo(host, port, type=kind)
         except (OSError, UnicodeError) as exc:
-            raise DialFailed(f"cannot resolve {host}: {exc}") from None
+            found = await self._ask_cluster_dns(host)
+            if not found:
+                raise DialFailed(f"cannot resolve {host}: {exc}") from None
+            return found
         return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+    async def _ask_cluster_dns(self, host: str) -> list[str]:
+        if not self.config.cluster_dns or len(host) > 253:
+            return []
+        name = host.rstrip(".")
+        candidates = [name] if name.count(".") >= 4 else [name, f"{name}.svc.cluster.local",
+                                                          f"{name}.cluster.local"]
+        for candidate in candidates:
+            try:
+                query = dnswire.make_query(int.from_bytes(os.urandom(2), "big"), candidate, dnswire.TYPE_A)
+                reply = dnswire.parse_message(await dnsclient.exchange(query, self.config.cluster_dns))
+            except (dnsclient.DnsClientError, ValueError):
+                continue
+            found = [r.rdata.address for r in reply.answers if isinstance(r.rdata, dnswire.A)]
+            if found:
+                return found
+        return []
 
     async def _checked(self, host: str, port: int, kind: int) -> list[str]:
         addresses = await self._resolve(host, port, kind)
@@ -326,7 +345,10 @@ class BridgeAgent:
             self.stats.failed_dials += 1
             request.reject(str(exc))
             return
-        await splice(request.accept(), target)
+        try:
+            await splice(request.accept(), target)
+        except* (BridgeError, OSError):
+            pass  # one side went away mid-stream (the client's connection dropped): the stream is over
 
     async def _dial(self, addresses: list[str], port: int) -> ByteStream:
         last: BaseException | None = None
@@ -420,6 +442,39 @@ def _status(code: int, reason: str, message: str) -> Response:
     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
             "reason": reason, "code": code}
     return Response(code, json.dumps(body).encode())
+
+
+async def dial_reverse(host: str, control_port: int, route: str, port: int, peer: str = "", *,
+                       timeout_s: float = DEFAULT_DIAL_TIMEOUT_S) -> ByteStream:
+    """From a router in another pod: a stream to the developer serving `route`, through the agent's
+    control port (`RouteNotFound` if nobody serves it, `DialFailed` for any other refusal)."""
+    target = f"/v1/reverse/{urllib.parse.quote(route, safe='')}?" + urllib.parse.urlencode(
+        {"port": str(port), **({"peer": peer} if peer else {})})
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, control_port)
+            writer.write(http1.encode_request("POST", target, http1.authority(host, control_port),
+                                              [("Connection", "Upgrade"), ("Upgrade", REVERSE_UPGRADE)], b""))
+            head = await reader.readuntil(b"\r\n\r\n")
+            status_line, _, fields = head[:-4].partition(b"\r\n")
+            parts = status_line.split(b" ", 2)
+            code = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            if code == 101:
+                with contextlib.suppress(OSError):
+                    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return stream_from_asyncio(reader, writer)
+            length = http1.content_length(http1.parse_fields(fields).get("content-length", "0") or "0")
+            body = await reader.readexactly(min(length, 64 * 1024))
+            writer.close()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+        raise DialFailed(f"bridge agent at {host}:{control_port}: {exc or 'timed out'}") from None
+    try:
+        message = str(json.loads(body).get("message", ""))
+    except (ValueError, AttributeError):
+        message = body[:200].decode("utf-8", "replace")
+    if code == 404:
+        raise RouteNotFound(message or f"no client serves route {route!r}")
+    raise DialFailed(f"bridge agent refused route {route!r} (HTTP {code}): {message}")
 
 
 async def run_agent(config: AgentConfig, stop: asyncio.Event, *, grace_s: float = 5.0,

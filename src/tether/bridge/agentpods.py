@@ -29,8 +29,8 @@ from typing import Any
 
 from tether.bridge.agent import DEFAULT_CONTROL_PORT, DEFAULT_MUX_PORT
 from tether.bridge.channel import ByteStream, ChannelLost, stream_from_asyncio
-from tether.bridge.muxchannel import Connector
-from tether.kube import KubeClient, KubeError, NotFound
+from tether.bridge.muxchannel import Connector, MuxChannel
+from tether.kube import Forbidden, KubeClient, KubeError, NotFound
 from tether.kube.portforward import PortForward
 from tether.version import IMAGE
 
@@ -79,7 +79,7 @@ def _labels(session: str) -> dict[str, str]:
 
 def agent_objects(session: str, *, namespace: str = NAMESPACE, image: str = IMAGE,
                   port: int = DEFAULT_MUX_PORT, control_port: int = DEFAULT_CONTROL_PORT,
-                  service_account: str | None = None) -> list[dict[str, Any]]:
+                  service_account: str | None = None, cluster_dns: str = "") -> list[dict[str, Any]]:
     """The ServiceAccount and Deployment of one session's agent (pure: for tests and --dry-run)."""
     if not _SESSION.match(session):
         raise AgentError(f"session name {session!r} must be lower-case letters, digits and '-', at most 40")
@@ -93,7 +93,8 @@ def agent_objects(session: str, *, namespace: str = NAMESPACE, image: str = IMAG
     container = {
         "name": "agent",
         "image": image,
-        "args": ["bridge", "agent", "--listen", f":{port}", "--control", f":{control_port}"],
+        "args": ["bridge", "agent", "--listen", f":{port}", "--control", f":{control_port}",
+                 *(["--cluster-dns", cluster_dns] if cluster_dns else [])],
         "ports": [{"name": "mux", "containerPort": port, "protocol": "TCP"},
                   {"name": "control", "containerPort": control_port, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": control_port},
@@ -182,7 +183,12 @@ async def ensure_agent(client: KubeClient, *, session: str | None = None, namesp
         if await client.get_or_none("v1", "Namespace", namespace) is None:
             with contextlib.suppress(KubeError):  # made by another session meanwhile: fine
                 await client.create(namespace_object(namespace))
-        for obj in agent_objects(session, namespace=namespace, image=image, service_account=service_account):
+        dns = None
+        with contextlib.suppress(Forbidden):  # only a fallback: the pod's resolver is the cluster's
+            dns = await client.get_or_none("v1", "Service", "kube-dns", "kube-system")
+        cluster_dns = str(((dns or {}).get("spec") or {}).get("clusterIP") or "")
+        for obj in agent_objects(session, namespace=namespace, image=image, service_account=service_account,
+                                 cluster_dns=cluster_dns if cluster_dns not in ("", "None") else ""):
             await client.apply(obj, field_manager=FIELD_MANAGER)
     except KubeError as exc:
         raise AgentError(f"cannot create the bridge agent in {namespace}: {exc}") from exc
@@ -285,3 +291,33 @@ def pod_ip_connector(client: KubeClient, agent: AgentRef, *, ready_timeout_s: fl
         return stream_from_asyncio(reader, writer)
 
     return connect
+
+
+@dataclass
+class AgentChannel:
+    """A session's agent and the channel to it: what `tether connect` holds per cluster."""
+
+    client: KubeClient
+    agent: AgentRef
+    channel: MuxChannel
+
+    async def aclose(self, *, remove: bool = True) -> None:
+        """Close the channel; with `remove`, delete the agent's objects too (`tether quit`)."""
+        await self.channel.aclose()
+        if remove:
+            await remove_agent(self.client, self.agent)
+
+
+async def open_agent_channel(client: KubeClient, cluster: str, *, session: str | None = None,
+                             namespace: str = NAMESPACE, image: str = IMAGE, via_pod_ip: bool = False,
+                             timeout_s: float = READY_TIMEOUT_S) -> AgentChannel:
+    """`ensure_agent`, then a connected `MuxChannel` to it through port-forward (or its pod IP)."""
+    agent = await ensure_agent(client, session=session, namespace=namespace, image=image, timeout_s=timeout_s)
+    connector = pod_ip_connector(client, agent) if via_pod_ip else portforward_connector(client, agent)
+    channel = MuxChannel(cluster, connector)
+    try:
+        await channel.start()
+    except BaseException:
+        await channel.aclose()
+        raise
+    return AgentChannel(client, agent, channel)

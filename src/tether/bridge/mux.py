@@ -112,21 +112,30 @@ class FrameDecoder:
         self._max = max_payload
 
     def feed(self, data: bytes) -> list[Frame]:
-        self._buffer += data
+        if self._buffer:
+            self._buffer += data
+            buffer: bytes | bytearray = self._buffer
+        else:  # the usual case: parse straight from what was read, keep only a partial frame
+            buffer = data
         frames: list[Frame] = []
         offset = 0
-        buffer = self._buffer
-        while len(buffer) - offset >= HEADER.size:
+        size = len(buffer)
+        view = memoryview(buffer)
+        while size - offset >= HEADER.size:
             type_, flags, stream, length = HEADER.unpack_from(buffer, offset)
             if length > self._max:
                 raise MuxProtocolError(f"frame of {length} bytes exceeds the limit of {self._max}")
             end = offset + HEADER.size + length
-            if end > len(buffer):
+            if end > size:
                 break
-            frames.append(Frame(type_, flags, stream, bytes(buffer[offset + HEADER.size:end])))
+            frames.append(Frame(type_, flags, stream, bytes(view[offset + HEADER.size:end])))
             offset = end
-        if offset:
-            del buffer[:offset]
+        view.release()
+        if buffer is self._buffer:
+            if offset:
+                del self._buffer[:offset]
+        elif offset < size:
+            self._buffer += buffer[offset:]
         return frames
 
     @property
@@ -233,7 +242,9 @@ class MuxSession:
     window: int = INITIAL_WINDOW
     max_streams: int = MAX_STREAMS
     hello: dict[str, Any] = field(default_factory=dict)
-    _out: bytearray = field(default_factory=bytearray, init=False)
+    # Frames to send, as pieces joined once in `data_to_send` (bulk data is copied once there).
+    _out: list[bytes | memoryview] = field(default_factory=list, init=False)
+    _out_size: int = field(default=0, init=False)
     _decoder: FrameDecoder = field(default_factory=FrameDecoder, init=False)
     _streams: dict[int, _Stream] = field(default_factory=dict, init=False)
     _next_id: int = field(default=0, init=False)
@@ -248,16 +259,22 @@ class MuxSession:
     # -- output
 
     def data_to_send(self) -> bytes:
-        out = bytes(self._out)
+        out = b"".join(self._out)
         self._out.clear()
+        self._out_size = 0
         return out
 
     @property
     def pending_output(self) -> int:
-        return len(self._out)
+        return self._out_size
 
-    def _emit(self, type_: FrameType, stream: int, payload: bytes = b"", flags: int = 0) -> None:
-        self._out += encode_frame(type_, stream, payload, flags)
+    def _emit(self, type_: FrameType, stream: int, payload: bytes | memoryview = b"", flags: int = 0) -> None:
+        if len(payload) > MAX_PAYLOAD:
+            raise MuxUsageError(f"frame payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+        self._out.append(HEADER.pack(type_, flags, stream, len(payload)))
+        if payload:
+            self._out.append(payload)
+        self._out_size += HEADER.size + len(payload)
 
     # -- opening
 
@@ -307,8 +324,11 @@ class MuxSession:
         stream = self._streams.get(stream_id)
         return stream.send_window if stream is not None else 0
 
-    def send_data(self, stream_id: int, data: bytes) -> int:
-        """Queue as much of `data` as the peer's credit allows; returns how many bytes were taken."""
+    def send_data(self, stream_id: int, data: bytes | memoryview) -> int:
+        """Queue as much of `data` as the peer's credit allows; returns how many bytes were taken.
+
+        The bytes are referenced until `data_to_send()`: the caller must not change them meanwhile.
+        """
         stream = self._require(stream_id)
         if stream.sent_eof:
             raise MuxUsageError(f"stream {stream_id}: data after EOF")
@@ -320,7 +340,7 @@ class MuxSession:
         view = memoryview(data)
         sent = 0
         while sent < take:
-            piece = bytes(view[sent:min(take, sent + MAX_DATA_FRAME)])
+            piece = view[sent:min(take, sent + MAX_DATA_FRAME)]
             self._emit(FrameType.DATA, stream_id, piece)
             sent += len(piece)
         stream.send_window -= take

@@ -30,7 +30,13 @@ from tether.bridge.channel import (
     ReverseStream,
     stream_from_asyncio,
 )
-from tether.bridge.muxconn import KEEPALIVE_INTERVAL_S, MuxConnection, OpenRequest
+from tether.bridge.muxconn import (
+    KEEPALIVE_INTERVAL_S,
+    ControlError,
+    MuxConnection,
+    MuxStats,
+    OpenRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +88,8 @@ class MuxChannel:
         self._supervisor: asyncio.Task[None] | None = None
         self._last_error = "not connected yet"
         self._handlers: dict[tuple[str, int], ReverseHandler] = {}
-        self._reverse_tasks: set[asyncio.Task[None]] = set()
         self.connects = 0  # how many connections were made (a reconnect adds one)
+        self._past = MuxStats()  # counters of connections that have ended
         self.agent: dict[str, object] = {}  # what the agent said in its HELLO
 
     @property
@@ -113,15 +119,9 @@ class MuxChannel:
         self._closed = True
         if self._supervisor is not None:
             self._supervisor.cancel()
-            with contextlib.suppress(BaseException):
-                await self._supervisor
+            await asyncio.wait([self._supervisor])
         if self._connection is not None:
             await self._connection.aclose("client closing")
-        for task in list(self._reverse_tasks):
-            task.cancel()
-        for task in list(self._reverse_tasks):
-            with contextlib.suppress(BaseException):
-                await task
 
     # -- ClusterChannel
 
@@ -144,6 +144,15 @@ class MuxChannel:
                 self._handlers.pop((route, port), None)
                 raise
         return _Registration(self, route, port)
+
+    @property
+    def stats(self) -> MuxStats:
+        """Bytes and streams over this channel's life, across reconnections."""
+        total = MuxStats()
+        total.add(self._past)
+        if self._connection is not None:
+            total.add(self._connection.stats)
+        return total
 
     async def status(self) -> dict[str, object]:
         """The agent's own report (routes, connections, streams)."""
@@ -199,6 +208,8 @@ class MuxChannel:
             self._last_error = f"connection lost: {connection.lost_reason}"
             log.info("%s: bridge agent connection lost (%s); reconnecting", self._cluster, connection.lost_reason)
             await connection.aclose()
+            self._past.add(connection.stats)
+            self._connection = None
 
     async def _connect(self) -> MuxConnection:
         transport = await self._connector()
@@ -207,7 +218,10 @@ class MuxChannel:
         await connection.start()
         try:
             for route in sorted({r for r, _ in self._handlers}):
-                await connection.call({"op": "register", "route": route})
+                try:
+                    await connection.call({"op": "register", "route": route})
+                except ControlError as exc:  # taken by someone else meanwhile: keep the connection
+                    log.warning("%s: route %s not served any more: %s", self._cluster, route, exc)
         except BaseException:
             await connection.aclose()
             raise

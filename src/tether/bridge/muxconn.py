@@ -116,7 +116,8 @@ class MuxStream:
         return data
 
     async def send(self, data: bytes) -> None:
-        view = memoryview(data)
+        # The session keeps a reference until it is written: never to a buffer the caller may reuse.
+        view = memoryview(data if type(data) is bytes else bytes(data))
         while view:
             if self._error is not None:
                 raise self._error
@@ -127,8 +128,9 @@ class MuxStream:
                 self._writable.clear()
                 await self._writable.wait()
                 continue
-            taken = session.send_data(self.id, bytes(view))
+            taken = session.send_data(self.id, view)
             self.bytes_out += taken
+            self._connection.stats.bytes_sent += taken
             view = view[taken:]
             self._connection._kick()
         await self._connection._drained()
@@ -174,6 +176,7 @@ class MuxDatagrams:
         if len(payload) > mux.MAX_DATA_FRAME:
             return  # larger than a frame carries: dropped, as an oversized datagram would be
         if session.send_data(self.id, payload):  # else dropped: the peer is not reading, as UDP may
+            self._connection.stats.bytes_sent += len(payload)
             self._connection._kick()
 
     async def receive(self) -> bytes:
@@ -191,6 +194,22 @@ class MuxDatagrams:
 _Endpoint = MuxStream | MuxDatagrams
 
 
+@dataclass
+class MuxStats:
+    """Counters for status reports (payload bytes, not framing)."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    streams_opened: int = 0  # by this side
+    streams_accepted: int = 0  # opened by the peer
+
+    def add(self, other: MuxStats) -> None:
+        self.bytes_sent += other.bytes_sent
+        self.bytes_received += other.bytes_received
+        self.streams_opened += other.streams_opened
+        self.streams_accepted += other.streams_accepted
+
+
 class MuxConnection:
     """A session over a transport; `start()` it, `aclose()` it, `wait_lost()` for its end."""
 
@@ -199,6 +218,7 @@ class MuxConnection:
                  window: int = mux.INITIAL_WINDOW, keepalive_s: float = KEEPALIVE_INTERVAL_S,
                  name: str = "") -> None:
         self.session = mux.MuxSession(role, window=window, hello=hello or {})
+        self.stats = MuxStats()
         self.name = name or role
         self.peer_hello: dict[str, Any] = {}
         self._transport = transport
@@ -230,13 +250,15 @@ class MuxConnection:
         if self._keepalive_s > 0:
             self._spawn(self._keepalive())
         self._kick()
+        waits = [asyncio.ensure_future(self._hello.wait()), asyncio.ensure_future(self._lost.wait())]
         try:
             async with asyncio.timeout(hello_timeout_s):
-                await asyncio.wait([asyncio.ensure_future(self._hello.wait()),
-                                    asyncio.ensure_future(self._lost.wait())],
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             await self._lose("the peer did not greet within the deadline")
+        finally:
+            for waiting in waits:
+                waiting.cancel()
         if not self._hello.is_set():
             await self.aclose()
             raise ChannelLost(f"{self.name}: {self._lost_reason or 'no greeting from the peer'}")
@@ -267,9 +289,8 @@ class MuxConnection:
         tasks = [t for t in self._tasks if t is not current]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        if tasks:
+            await asyncio.wait(tasks)  # their CancelledError stays theirs; ours still reaches us
 
     async def _lose(self, reason: str) -> None:
         if self._lost.is_set():
@@ -318,6 +339,7 @@ class MuxConnection:
         return self.session
 
     async def _await_open(self, stream_id: int, endpoint: _Endpoint, what: str, timeout_s: float) -> None:
+        self.stats.streams_opened += 1
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending_opens[stream_id] = future
         self._endpoints[stream_id] = endpoint
@@ -395,6 +417,7 @@ class MuxConnection:
             self._kick()
 
     def _accept(self, opened: mux.StreamOpened) -> MuxStream:
+        self.stats.streams_accepted += 1
         stream = MuxStream(self, opened.stream)
         self._check().accept(opened.stream)
         self._endpoints[opened.stream] = stream
@@ -402,6 +425,7 @@ class MuxConnection:
         return stream
 
     def _accept_datagrams(self, opened: mux.StreamOpened) -> MuxDatagrams:
+        self.stats.streams_accepted += 1
         datagrams = MuxDatagrams(self, opened.stream)
         self._check().accept(opened.stream)
         self._endpoints[opened.stream] = datagrams
@@ -410,7 +434,8 @@ class MuxConnection:
 
     def _reject(self, stream_id: int, reason: str) -> None:
         if not self._lost.is_set() and self.session.is_open(stream_id):
-            self.session.reject(stream_id, reason)
+            with contextlib.suppress(mux.MuxUsageError):  # already accepted: the caller closes it
+                self.session.reject(stream_id, reason)
             self._kick()
 
     # -- tasks
@@ -475,6 +500,7 @@ class MuxConnection:
             if endpoint is None:
                 return
             if isinstance(event, mux.DataReceived):
+                self.stats.bytes_received += len(event.data)
                 endpoint._data(event.data)
             elif isinstance(event, mux.EofReceived):
                 endpoint._end()

@@ -19,6 +19,7 @@ from tether.cli.options import state_root
 from tether.kube import KubeError
 from tether.kube.config import KubeconfigError
 from tether.net import daemon
+from tether.net.dnsclient import parse_upstream
 
 Target = Annotated[str, typer.Argument(help="A pod name, or pod/, deploy/, sts/, ds/, job/, rs/ NAME")]
 Container = Annotated[str | None, typer.Option("-c", "--container", help="Container [default: the pod's default]")]
@@ -58,6 +59,8 @@ def agent_command(
                                         "connections, [HOST]:PORT")] = f":{DEFAULT_MUX_PORT}",
     control: Annotated[str, typer.Option("--control", help="Address for health checks and reverse "
                                          "streams from in-cluster routers, [HOST]:PORT")] = f":{DEFAULT_CONTROL_PORT}",
+    cluster_dns: Annotated[list[str] | None, typer.Option("--cluster-dns", help="DNS server (IP[:PORT]) for "
+                                                         "names the pod's resolver does not know")] = None,
     grace: Annotated[float, typer.Option("--grace", help="Seconds to let clients move away on SIGTERM")] = 5.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -72,7 +75,11 @@ def agent_command(
     control_host, control_port = _address(control, "--control")
     if control_host != host:
         raise _fail("--listen and --control must use the same host (or none)")
-    config = AgentConfig(host=host, port=port, control_port=control_port)
+    try:
+        servers = tuple(parse_upstream(text) for text in cluster_dns or [])
+    except ValueError as exc:
+        raise _fail(f"--cluster-dns: {exc}") from None
+    config = AgentConfig(host=host, port=port, control_port=control_port, cluster_dns=servers)
 
     async def run() -> None:
         stop = asyncio.Event()

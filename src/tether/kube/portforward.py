@@ -264,8 +264,7 @@ class PortForward:
     async def aclose(self) -> None:
         if self._reader is not None:
             self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader
+            await asyncio.wait([self._reader])
         self._fail_all(Unreachable(self.client.server, f"port-forward to {self.pod} closed"))
         with contextlib.suppress(Exception):
             if self._ws is not None and not self._ws.closed:
@@ -331,7 +330,7 @@ class PortForward:
         if self._failure is None:
             self._failure = error
         self._closed.set()
-        for state in set(self._streams.values()):
+        for state in {id(s): s for s in self._streams.values()}.values():
             if state.failure is None:
                 state.failure = error
             if not state.replied.done():

@@ -1,0 +1,70 @@
+"""The bridge agent's pure parts: destination checks, where it listens, route names, its objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.bridge.agent import listen_hosts, refusal, valid_route
+from tether.bridge.agentpods import AgentError, agent_objects, namespace_object
+
+
+@pytest.mark.parametrize(("addresses", "port", "refused"), [
+    (["10.0.0.5"], 80, None),
+    (["10.0.0.5"], 7700, None),  # another pod's 7700 is fine
+    (["127.0.0.1"], 7700, "the bridge agent itself"),
+    (["::1"], 7701, "the bridge agent itself"),
+    (["10.1.1.1"], 7700, "the bridge agent itself"),  # our own pod IP
+    (["10.1.1.1"], 8080, None),
+    (["0.0.0.0"], 80, "not a destination"),
+    (["::"], 80, "not a destination"),
+    (["10.0.0.5", "127.0.0.1"], 7701, "the bridge agent itself"),
+    (["fe80::1%eth0"], 80, None),
+])
+def test_refusal(addresses: list[str], port: int, refused: str | None) -> None:
+    reason = refusal(addresses, port, (7700, 7701), ("10.1.1.1",))
+    assert (reason is None) if refused is None else (reason is not None and refused in reason)
+
+
+@pytest.mark.parametrize(("host", "pod_ip", "expected"), [
+    ("", "", ("", False)),  # a real pod: every address
+    ("", "127.50.1.7", ("127.50.1.7", True)),  # pods may share the machine's network
+    ("127.0.0.1", "127.50.1.7", ("127.0.0.1", False)),  # explicit wins
+])
+def test_listen_hosts(host: str, pod_ip: str, expected: tuple[str, bool]) -> None:
+    assert listen_hosts(host, pod_ip) == expected
+
+
+@pytest.mark.parametrize(("route", "ok"), [
+    ("naison-e4be", True), ("a.b_c", True), ("", False), ("a b", False), ("x" * 254, False), ("a/b", False),
+])
+def test_route_names(route: str, ok: bool) -> None:
+    assert valid_route(route) is ok
+
+
+def test_agent_objects_are_restricted_and_labelled() -> None:
+    account, deployment = agent_objects("abc123", image="ghcr.io/tether-dev/tether:9", cluster_dns="10.96.0.10")
+    labels = {"app.kubernetes.io/managed-by": "tether", "tether.io/bridge-session": "abc123",
+              "app.kubernetes.io/component": "bridge-agent"}
+    assert account["kind"] == "ServiceAccount" and account["metadata"]["labels"] == labels
+    assert deployment["spec"]["selector"]["matchLabels"] == labels
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"] == ["bridge", "agent", "--listen", ":7700", "--control", ":7701",
+                                 "--cluster-dns", "10.96.0.10"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 7701}
+    assert "hostNetwork" not in pod and "privileged" not in security
+    assert namespace_object("tether-bridge")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_existing_service_account_is_used_not_made() -> None:
+    (deployment,) = agent_objects("abc", service_account="router")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "router"
+
+
+@pytest.mark.parametrize("session", ["", "UPPER", "a_b", "x" * 41, "-a"])
+def test_bad_session_names(session: str) -> None:
+    with pytest.raises(AgentError):
+        agent_objects(session)
