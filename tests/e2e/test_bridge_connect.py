@@ -254,3 +254,20 @@ def test_python_api_and_fixture(clusters: Any, seeded: tuple[str, str], tether_c
     assert env["TODOS_DB_SERVICE_HOST"] == "todos-db" and env["TODOS_DB_SERVICE_PORT"] == "27017"
     names = {m.name for m in session.mappings}
     assert names == {*SEED, "inventory"}
+
+
+def test_agent_pod_deleted_mid_session_recovers(clusters: Any, seeded: tuple[str, str], tether_connect: Any) -> None:
+    ns, _ = seeded
+    session = tether_connect(kubeconfig=clusters.kubeconfig, context=clusters.names[0], namespaces=[ns])
+    poll(lambda: answers(*session.address("frontend")), timeout=TIMEOUT_S, what="frontend before")
+    before = clusters.kubectl_json("get", "pods", "-n", "tether-bridge", "-l",
+                                   "app.kubernetes.io/component=bridge-agent")["items"]
+    assert len(before) == 1
+    clusters.kubectl("delete", "pod", "-n", "tether-bridge", before[0]["metadata"]["name"], "--wait=false")
+    # the Deployment makes a new pod; once the old one is gone the channel reconnects to the new
+    # one by itself, with the same addresses
+    old = before[0]["metadata"]["name"]
+    poll(lambda: clusters.kubectl("get", "pod", "-n", "tether-bridge", old, check=False).returncode != 0,
+         timeout=TIMEOUT_S, what="the old agent pod gone")
+    poll(lambda: answers(*session.address("frontend")), timeout=TIMEOUT_S, what="frontend through the new agent pod")
+    assert session.address("frontend") == ("127.1.1.1", 80)
