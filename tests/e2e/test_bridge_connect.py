@@ -10,8 +10,14 @@ server on a free port:
 - `tether bridge status` shows the mappings and the bytes that went through;
 - `tether env deploy/X --use-kubernetes-service-environment-variables` points the Service
   variables at the names and local ports;
-- `tether quit` leaves the hosts file byte-identical to before, no state, no listener;
-- a session killed with SIGKILL leaves its block; the next `connect` removes it, and so does `quit`.
+- `tether quit` leaves the hosts file byte-identical to before, no state, no listener, no agent
+  (Deployment or namespace) in the cluster;
+- a session killed with SIGKILL leaves its block and agent; the next `connect` removes them, and
+  so does `quit`;
+- the Python API (`tether.bridge.connect`) through the `tether_connect` fixture: addresses,
+  the environment rewritten; the agent pod deleted mid-session and the session recovering;
+- two clusters in one session: their own address blocks, `svc.ns.<cluster>` names.
+Traffic goes through the session's bridge agent (a port-forward through the API server).
 """
 
 from __future__ import annotations
@@ -271,3 +277,35 @@ def test_agent_pod_deleted_mid_session_recovers(clusters: Any, seeded: tuple[str
          timeout=TIMEOUT_S, what="the old agent pod gone")
     poll(lambda: answers(*session.address("frontend")), timeout=TIMEOUT_S, what="frontend through the new agent pod")
     assert session.address("frontend") == ("127.1.1.1", 80)
+
+
+def test_two_clusters_in_one_session(clusters: Any, ns: str, home: dict[str, str], hosts: Path) -> None:
+    first, second = clusters.names[:2]
+    clusters.kubectl("create", "namespace", ns, context=second)
+    try:
+        for context, services in ((first, {"todos-db": 27017}), (second, {"todos-db": 27017, "billing": 8000})):
+            clusters.kubectl("apply", "-f", "-", input=echo_app(ns, services), context=context)
+            clusters.kubectl("rollout", "status", "-n", ns, "deploy/echo", "--timeout=90s", context=context)
+        session = Session(home, "--kubeconfig", str(clusters.kubeconfig), "--context", first, "--context", second,
+                          "-n", ns, "--hosts-file", str(hosts), "--no-dns")
+        try:
+            session.wait_mapped(3)
+            mapped = session.mapped()
+            # the first cluster's block from 127.1.1.1, the second's from 127.1.9.1
+            assert mapped["todos-db"] == ("127.1.1.1", 27017)
+            assert mapped[f"billing.{ns}.{second}"] == ("127.1.9.1", 8000)
+            assert mapped[f"todos-db.{ns}.{second}"] == ("127.1.9.2", 27017)
+            poll(lambda: len(hosts_names(hosts)) >= 7, timeout=TIMEOUT_S, what="the hosts block")
+            names = hosts_names(hosts)
+            assert names["todos-db"] == names[f"todos-db.{ns}.{first}"] == "127.1.1.1"
+            assert names[f"todos-db.{ns}.{second}"] == "127.1.9.2" and "billing" not in names
+            for name in (f"todos-db.{ns}.{first}", f"todos-db.{ns}.{second}", f"billing.{ns}.{second}"):
+                port = 8000 if name.startswith("billing") else 27017
+                poll(lambda n=name, p=port: answers(names[n], p), timeout=TIMEOUT_S, what=f"{name} answers")
+            tether(home, "quit")
+            assert session.proc.wait(timeout=TIMEOUT_S) == 0
+        finally:
+            session.stop()
+        assert hosts.read_bytes() == HOSTS_BEFORE
+    finally:
+        clusters.kubectl("delete", "namespace", ns, "--wait=false", context=second, check=False)
