@@ -262,3 +262,16 @@ async def test_open_agent_channel_then_remove_leaves_nothing(clusters: Any) -> N
         with contextlib.suppress(NotFound):
             remaining = await client.get("apps/v1", "Deployment", made.name, made.namespace)
             raise AssertionError(f"left behind: {remaining['metadata']['name']}")
+
+
+async def test_agent_in_a_namespace_being_deleted_waits_for_it(clusters: Any) -> None:
+    """`tether quit` then `tether connect` at once: the new agent waits for the old namespace to go."""
+    namespace = unique("tb").lower()
+    async with _client(clusters) as client:
+        first = await ensure_agent(client, session="first", namespace=namespace, timeout_s=TIMEOUT_S, wait=False)
+        await client.delete("v1", "Namespace", namespace)  # not waiting for it to go
+        second = await ensure_agent(client, session="second", namespace=namespace, timeout_s=TIMEOUT_S)
+        assert await ready_pod(client, second) is not None
+        assert await client.get_or_none("apps/v1", "Deployment", first.name, namespace) is None
+        await remove_agent(client, second)
+        assert await client.get_or_none("v1", "Namespace", namespace) is None  # the last session took it along

@@ -174,12 +174,28 @@ async def wait_ready(client: KubeClient, agent: AgentRef, *, timeout_s: float = 
         raise AgentError(f"the bridge agent in {agent.namespace} was not Ready within {timeout_s:g}s: {last}") from None
 
 
+async def _namespace_not_terminating(client: KubeClient, namespace: str, timeout_s: float) -> None:
+    """Wait while `namespace` is being deleted (a `tether quit` just before): nothing can be made in it."""
+
+    async def terminating() -> bool:
+        found = await client.get_or_none("v1", "Namespace", namespace)
+        return bool(found and (found.get("metadata") or {}).get("deletionTimestamp"))
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            while await terminating():  # noqa: ASYNC110 - polling the API
+                await asyncio.sleep(0.5)
+    except TimeoutError:
+        raise AgentError(f"namespace {namespace} is still being deleted after {timeout_s:g}s") from None
+
+
 async def ensure_agent(client: KubeClient, *, session: str | None = None, namespace: str = NAMESPACE,
                        image: str = IMAGE, service_account: str | None = None,
                        timeout_s: float = READY_TIMEOUT_S, wait: bool = True) -> AgentRef:
     """Create (or keep) the session's agent and wait for it to be Ready."""
     session = session or new_session()
     try:
+        await _namespace_not_terminating(client, namespace, timeout_s)
         if await client.get_or_none("v1", "Namespace", namespace) is None:
             with contextlib.suppress(KubeError):  # made by another session meanwhile: fine
                 await client.create(namespace_object(namespace))
