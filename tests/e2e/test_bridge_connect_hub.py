@@ -90,7 +90,7 @@ def test_pull_member_through_the_hub(hub: tuple[Path, Path], tmp_path: Path) -> 
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n")
     session = Collected([sys.executable, "-m", "tether", "connect", "-C", NAME, "--kubeconfig", str(hub_kubeconfig),
-                         "--hub-context", "host", "-n", "shop", "--hosts-file", str(hosts)],
+                         "--context", "host", "-n", "shop", "--hosts-file", str(hosts)],
                         env=env, merge_stderr=True)
     try:
         def mapped() -> dict[str, tuple[str, int]]:

@@ -1,7 +1,7 @@
 """`tether connect` wired up: clusters by context or through the hub, a channel into each, a session.
 
 A cluster named with `-C NAME` is reached through the hub's cluster proxy: a kubeconfig for it is
-issued as `tether kubeconfig NAME` issues one (the hub is `--hub-context`), so a Pull member
+issued as `tether kubeconfig NAME` issues one (the hub is `--context`), so a Pull member
 behind NAT is reached the same way as any other.
 """
 

@@ -39,11 +39,10 @@ def _fail(message: str) -> typer.Exit:
 
 def connect(
     context: Annotated[list[str] | None, Opt("--context", help="A cluster by kubeconfig context (repeatable; "
-                                             "default: the current context)")] = None,
+                                             "default: the current context); with -C, the hub")] = None,
     cluster: Annotated[list[str] | None, Opt("--cluster", "-C", help="A member cluster through the hub's "
-                                             "cluster proxy (repeatable; the hub is --hub-context)")] = None,
-    hub_context: Annotated[str | None, Opt("--hub-context", help="The hub's context, for -C "
-                                           "(default: the current context)")] = None,
+                                             "cluster proxy, as `tether kubeconfig NAME` (repeatable)")] = None,
+    hub_context: Annotated[str | None, Opt("--hub-context", hidden=True)] = None,
     kubeconfig: Annotated[Path | None, Opt("--kubeconfig", help="Kubeconfig file")] = None,
     namespace: Annotated[list[str] | None, Opt("--namespace", "-n", help="Map this namespace's Services "
                                                "(repeatable; default: the context's namespace)")] = None,
@@ -69,13 +68,18 @@ def connect(
     clusters), kept current while Services come and go. Runs until Ctrl-C, SIGTERM or `tether quit`.
     """
     root = state_root(data_dir)
+    contexts = list(context or ())
+    if cluster and not hub_context:
+        if len(contexts) > 1:
+            raise _fail("with -C, --context names the hub: give it once")
+        hub_context = contexts.pop() if contexts else None
     hosts = None if (no_hosts or env_only) else (hosts_file or (hostsfile.DEFAULT_HOSTS if _is_root() else None))
     serve_dns = (not env_only) and (dns if dns is not None else hosts is None)
     if detach:
         _detach(root)
         return
     request = session_app.ConnectRequest(
-        contexts=tuple(context or ()), members=tuple(cluster or ()), hub_context=hub_context,
+        contexts=tuple(contexts), members=tuple(cluster or ()), hub_context=hub_context,
         kubeconfig=kubeconfig, namespaces=tuple(namespace or ()), hosts_file=hosts, dns=serve_dns,
         dns_address=dns_address, dns_port=dns_port, env_only=env_only, direct=direct, routes=use_routes,
         state_root=root)
