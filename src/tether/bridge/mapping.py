@@ -15,7 +15,6 @@ still mapped by address, and `skipped_names` says why it has no name.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -115,11 +114,6 @@ def skipped_reason(key: ServiceKey) -> str:
     return f"{bad[0]!r} is not a valid host name label" if bad else ""
 
 
-def env_host(key: ServiceKey, naming: Naming, address: str, names: tuple[str, ...]) -> str:
-    """The host a program is told in Service variables: the shortest name, else the address."""
-    return names[0] if names else address
-
-
 @dataclass(frozen=True)
 class Allocation:
     """Address assignments that stay put while their Services exist."""
@@ -155,7 +149,3 @@ def mark_unusable(allocation: Allocation, address: str) -> Allocation:
     assigned = {key: value for key, value in allocation.assigned.items() if value != address}
     return Allocation(assigned, allocation.unusable | {address})
 
-
-def in_network(address: str, networks: Iterable[str]) -> bool:
-    ip = ipaddress.ip_address(address)
-    return any(ip in ipaddress.ip_network(net, strict=False) for net in networks)
