@@ -21,7 +21,7 @@ TWO_CLUSTERS = {"join", "unjoin"}
 # commands that read or write files of their own (clusters, agents, hub certificates, kubeconfigs)
 STATEFUL = {"demo", "local up", "local down", "local status", "local kubeconfig", "hub run",
             "register", "agent run", "agent stop", "agent start", "agent manifest", "kubeconfig",
-            "logs", "exec", "mesh local", "mesh status"}
+            "logs", "exec", "mesh local", "mesh status", "connect", "quit", "bridge status"}
 # what each command accepted before the rule: scripts written against it keep working
 LEGACY = {
     "join": {"--cluster-context", "--cluster-kubeconfig", "--host-context", "--host-kubeconfig",

@@ -11,12 +11,14 @@ from typing import Annotated
 
 import typer
 
-from tether.bridge import api, b2kconfig, render
+from tether.bridge import api, b2kconfig, render, sessionstate
 from tether.bridge import volumecopy as volumes
 from tether.bridge.agent import DEFAULT_CONTROL_PORT, DEFAULT_MUX_PORT, AgentConfig, run_agent
-from tether.bridge.envresolve import ResolveError
+from tether.bridge.envresolve import ResolveError, ServiceAddress
+from tether.cli.options import state_root
 from tether.kube import KubeError
 from tether.kube.config import KubeconfigError
+from tether.net import daemon
 from tether.net.dnsclient import parse_upstream
 
 Target = Annotated[str, typer.Argument(help="A pod name, or pod/, deploy/, sts/, ds/, job/, rs/ NAME")]
@@ -26,7 +28,8 @@ Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig conte
 Kubeconfig = Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file")]
 
 
-bridge_app = typer.Typer(help="The developer bridge's in-cluster side.", no_args_is_help=True)
+bridge_app = typer.Typer(help="The developer bridge: `status` of `tether connect` sessions, the "
+                         "in-cluster agent.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -110,6 +113,9 @@ def env(
                                                 "KubernetesLocalProcessConfig.yaml to apply")] = None,
     volumes_dir: Annotated[Path | None, typer.Option("--volumes-to", help="Download the container's volumes "
                                                      "here and add TETHER_VOLUME_<NAME> paths")] = None,
+    service_env: Annotated[bool, typer.Option("--use-kubernetes-service-environment-variables",
+                                              help="Point Service variables at the running `tether connect` "
+                                              "session's local addresses")] = False,
 ) -> None:
     """Print the target container's environment, resolved as the kubelet would, or run a command in it.
 
@@ -126,9 +132,10 @@ def env(
 
     async def run() -> api.Resolved:
         client, default_namespace = api.client_for(context, kubeconfig)
+        addresses = _session_addresses(client.credentials.context) if service_env else None
         async with client:
             resolved = await api.resolve_environment(client, target, namespace=namespace or default_namespace,
-                                                     container=container)
+                                                     container=container, addresses=addresses)
             if needs_volumes:
                 root = volumes_dir or Path(tempfile.mkdtemp(prefix="tether-volumes-"))
                 local_paths = parsed.local_paths() if parsed else {}
@@ -171,6 +178,19 @@ def env(
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     raise typer.Exit(completed.returncode)
+
+
+def _session_addresses(context: str) -> dict[tuple[str, str], ServiceAddress]:
+    """The mappings of the running `tether connect` session for `context` (else the only one)."""
+    live = [r for r in sessionstate.read_all(state_root(None)) if daemon.alive(r.pid)]
+    for record in live:
+        for cluster in record.doc.get("clusters") or []:
+            if cluster.get("context") == context:
+                return record.addresses(str(cluster.get("name")))
+    if len(live) == 1:
+        return live[0].addresses()
+    raise _fail("no `tether connect` session is running for this cluster" if not live else
+                "several `tether connect` sessions run and none is for this context: pass --context")
 
 
 def volumes_command(

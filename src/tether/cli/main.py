@@ -10,6 +10,7 @@ from tether import __version__
 from tether.cli import (
     agent,
     bridge,
+    bridgeconnect,
     certs,
     clusters,
     connect,
@@ -49,6 +50,7 @@ whoami.register(app)  # whoami (hidden): check credentials, in a pod too
 connect.register(app)  # mirror, policy-sets (Semaphore's service mirror and policy controller)
 bridge.register(app)  # env, volumes: a workload's environment and files here
 intercept.register(app)  # intercept, leave, bridge router|reset|intercepts: cluster traffic here
+bridgeconnect.register(app)  # connect, quit, bridge status: the cluster's Services here
 dns.register(app)  # dns: clusterset.local and Semaphore's names, forwarding the rest
 
 
