@@ -124,3 +124,48 @@ def test_apply_dry_run_server(one_cluster: Any, component: str) -> None:
     result = one_cluster.kubectl("apply", "-k", str(DEPLOY / component), "--dry-run=server")
     created = [ln for ln in result.stdout.splitlines() if "(server dry run)" in ln]
     assert len(created) == len(kustomize(component)), result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("component", ["hub", "mesh", "mirror", "dns"])
+def test_manifest_subcommand_prints_the_tree(component: str) -> None:
+    """`tether NAME manifest` with no values is `kubectl kustomize deploy/NAME`."""
+    out = subprocess.run([sys.executable, "-m", "tether", component, "manifest"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    printed = {key(o): o for o in yaml.safe_load_all(out) if o}
+    assert printed == {key(o): o for o in kustomize(component)}
+
+
+def test_manifest_subcommand_values(tmp_path: Path) -> None:
+    def manifest(*args: str) -> dict[tuple[str, str], Any]:
+        result = subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(result.stdout) if o}
+
+    hub = manifest("hub", "manifest", "--image", "registry.example/tether:9.9", "--replicas", "3",
+                   "--tunnel-advertise-address", "hub.example:443")
+    deployment = hub[("Deployment", "tether-hub")]
+    assert deployment["spec"]["replicas"] == 3
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.example/tether:9.9"
+    assert container["args"][container["args"].index("--tunnel-advertise-address") + 1] == "hub.example:443"
+
+    config = tmp_path / "mirror.json"
+    config.write_text((ROOT / "examples/connect/semaphore-service-mirror.json").read_text())
+    mirror = manifest("mirror", "manifest", "--config", str(config))
+    assert mirror[("ConfigMap", "tether-mirror")]["data"]["config.json"] == config.read_text()
+    assert ("Namespace", "sys-semaphore") in mirror
+
+    dns = manifest("dns", "manifest", "--prefix", "aws")
+    assert "cluster.aws:53 {" in dns[("ConfigMap", "tether-dns-coredns-stanza")]["data"]["Corefile.snippet"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["hub", "manifest", "--image", "ghcr.io/x/tether:latest"], "`latest` is not a release"),
+    (["hub", "manifest", "--image", "ghcr.io/x/tether"], "has no tag"),
+    (["mirror", "manifest", "--config", "/nonexistent.json"], "/nonexistent.json"),
+])
+def test_manifest_subcommand_refuses(args: list[str], message: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 0 and message in result.stderr, result.stderr

@@ -141,5 +141,19 @@ def deployment(name: str, component: str, ns: str, spec: Obj, *, replicas: int =
                      "template": {"metadata": template_meta, "spec": spec}}}
 
 
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # configs (JSON, a Corefile) stay readable: multi-line strings as literal blocks
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
+
+
 def to_yaml(objects: Sequence[Obj]) -> str:
-    return yaml.safe_dump_all(list(objects), sort_keys=False, default_flow_style=False)
+    return yaml.dump_all(list(objects), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                         width=100)
