@@ -263,6 +263,57 @@ def exec_in(
         raise typer.Exit(127) from None
 
 
+def _netns_network(layout: supervisor.Layout, name: str) -> network.ClusterNetwork:
+    import json
+
+    path = layout.clusters / name / "network.json"
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise typer.BadParameter(f"no local cluster {name!r} in {layout.root}", param_hint="CLUSTER") from None
+    if found.get("mode") != network.NETNS:
+        raise typer.BadParameter(f"{name} is not a --netns cluster: rootless clusters share the host's "
+                                 "network already", param_hint="CLUSTER")
+    return network.ClusterNetwork.netns(int(found["index"]))
+
+
+def _join_or_leave(cluster: str, peer: str, data_dir: Path | None, joining: bool) -> None:
+    from tether.local import underlay
+
+    layout = _layout(data_dir)
+    a = _netns_network(layout, cluster)
+    b: underlay.Peer = underlay.HOST if peer == "host" else _netns_network(layout, peer)
+    try:
+        asyncio.run(underlay.join(a, b) if joining else underlay.leave(a, b))
+    except netns.NetnsError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    what = "the host" if peer == "host" else peer
+    console.print(f"{cluster} {'joined with' if joining else 'left'} {what}", highlight=False)
+
+
+@app.command("join")
+def join_cmd(
+    cluster: Annotated[str, typer.Argument(help="A --netns local cluster")],
+    peer: Annotated[str, typer.Argument(help="Another --netns local cluster, or `host`")],
+    data_dir: DataDir = None,
+) -> None:
+    """Join two --netns clusters' networks (the underlay): each one's pods reach the other's pods
+    and Services; with `host`, its pods reach the host's underlay address (10.200.0.254), where a
+    hub or a forwarder may listen. Isolated APIs stay isolated. Undo with `tether local leave`."""
+    _join_or_leave(cluster, peer, data_dir, joining=True)
+
+
+@app.command("leave")
+def leave_cmd(
+    cluster: Annotated[str, typer.Argument(help="A --netns local cluster")],
+    peer: Annotated[str, typer.Argument(help="The cluster (or `host`) it was joined with")],
+    data_dir: DataDir = None,
+) -> None:
+    """Undo `tether local join`."""
+    _join_or_leave(cluster, peer, data_dir, joining=False)
+
+
 @app.command("kubeconfig")
 def kubeconfig_path(
     data_dir: DataDir = None,
