@@ -86,8 +86,9 @@ def hub_args(v: HubValues) -> list[str]:
             "--tunnel-agent-port", str(p.tunnel), "--tunnel-bind-address", "0.0.0.0",
             "--tunnel-advertise-address", v.tunnel_advertise,
             "--tunnel-certs", "/etc/tether/tunnel-certs",
+            "--tunnel-server-count", str(v.replicas),  # agents hold a stream to every replica
             "--dashboard-port", str(p.dashboard),
-            "--leader-elect", "--leader-elect-namespace", v.namespace]
+            "--leader-elect", "--leader-elect-resource-namespace", v.namespace]
 
 
 def render_hub(v: HubValues = HubValues()) -> list[Obj]:
@@ -108,7 +109,8 @@ def render_hub(v: HubValues = HubValues()) -> list[Obj]:
         mounts=[{"name": "tunnel-certs", "mountPath": "/etc/tether/tunnel-certs",
                  "readOnly": True}],
         res=common.resources("100m", "256Mi", "1Gi"))
-    # every replica must hold the same tunnel CA: agents dial all of them
+    # every replica presents the same tunnel certificate: agents dial all of them. The Secret
+    # holds `tether certs`' agent-side files: ca.crt, proxy-frontend.crt, proxy-frontend.key
     volumes = [{"name": "tunnel-certs",
                 "secret": {"secretName": HUB_TUNNEL_CERTS, "defaultMode": 0o400}}]
     selector = {"app.kubernetes.io/name": HUB, **common.PART_OF}
