@@ -37,6 +37,7 @@ WAIT_S = 240
 
 
 def test_seed_000_with_the_agent_as_a_pod(tmp_path: Path) -> None:
+    """Also applies `deploy/dns` in the member: the tree's manifests run as written."""
     data = tmp_path / "clusters"
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
            "TETHER_HOME": str(tmp_path / "home"), "KUBECONFIG": str(data / "kubeconfig"),
@@ -96,6 +97,16 @@ def test_seed_000_with_the_agent_as_a_pod(tmp_path: Path) -> None:
         isolated = sh("kubectl", "--context", "member", "get", "ns", "--request-timeout=5s",
                       check=False)
         assert isolated.returncode != 0
+        # deploy/ as written runs here too: tether dns from the kustomize tree, hardened as on a
+        # real cluster (read-only root, /tmp and the data directory as volumes), probes passing
+        repo = Path(__file__).resolve().parents[2]
+        sh(*inside, "kubectl", "--context", "member", "apply", "-k", str(repo / "deploy" / "dns"))
+        sh(*inside, "kubectl", "--context", "member", "-n", "tether-system", "rollout", "status",
+           "deploy/tether-dns", f"--timeout={WAIT_S}s")
+        answer = sh(*inside, "kubectl", "--context", "member", "-n", "tether-system", "exec",
+                    "deploy/tether-dns", "--", "python3", "-c",
+                    "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9153/ready').status)")
+        assert answer.stdout.strip() == "200", answer.stdout + answer.stderr
     finally:
         if hub is not None:
             hub.send_signal(signal.SIGTERM)
