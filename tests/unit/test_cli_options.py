@@ -19,7 +19,8 @@ from tether.cli.main import app
 
 TWO_CLUSTERS = {"join", "unjoin"}
 # commands that read or write files of their own (clusters, agents, hub certificates, kubeconfigs)
-STATEFUL = {"demo", "local up", "local down", "local status", "local kubeconfig", "hub run",
+STATEFUL = {"demo", "local up", "local down", "local status", "local kubeconfig", "local exec",
+            "local join", "local leave", "hub run",
             "register", "agent run", "agent stop", "agent start", "agent manifest", "kubeconfig",
             "logs", "exec", "mesh local", "mesh status", "connect", "quit", "bridge status"}
 # what each command accepted before the rule: scripts written against it keep working

@@ -19,6 +19,7 @@ from tether.cli import (
     hub,
     intercept,
     local,
+    manifests,
     mcs,
     mesh,
     proxy,
@@ -35,6 +36,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(local.app, name="local")
+hub.app.command("manifest")(manifests.hub_manifest)
+mesh.app.command("manifest")(manifests.mesh_manifest)
 app.add_typer(hub.app, name="hub")
 app.add_typer(tunnel.app, name="tunnel")
 app.add_typer(mcs.app, name="mcs")
