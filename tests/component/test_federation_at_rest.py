@@ -113,7 +113,8 @@ async def test_heartbeats_at_rest_renew_the_lease_and_write_no_cluster_status(
     await hub.create({"apiVersion": LEASE_API_VERSION, "kind": "Lease",
                       "metadata": {"name": NAME, "namespace": HUB_NAMESPACE},
                       "spec": {"holderIdentity": NAME}})
-    agent = PullAgent(hub, hub, AgentSettings(cluster=NAME))
+    # a probe that times out on a loaded machine is a real change (Ready flips): give it room
+    agent = PullAgent(hub, hub, AgentSettings(cluster=NAME, probe_timeout_s=60.0))
     await pods_settled(hub)
     await agent.heartbeat()  # the first one reports everything
     assert agent.status_writes == 1
