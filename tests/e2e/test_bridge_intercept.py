@@ -229,6 +229,10 @@ def test_route_as_header_two_developers_and_leave(clusters: Any, app: dict[str, 
             listed = tether(clusters, "bridge", "intercepts", "-n", NS, state=tmp_path / "a")
             assert listed.returncode == 0, listed.stderr
             assert "naison-e4be" in listed.stdout and "alice-0001" in listed.stdout and "naison" in listed.stdout
+            status = tether(clusters, "bridge", "status", "-n", NS, state=tmp_path / "a")
+            assert status.returncode == 0, status.stderr
+            assert f"intercepts in namespace {NS}" in status.stdout
+            assert "naison-e4be" in status.stdout and "alice-0001" in status.stdout
 
             taken = tether(clusters, "intercept", SVC, "-n", NS, "--port", "4000", "--route-as", "alice-0001",
                            state=tmp_path / "c")

@@ -16,7 +16,7 @@ import typer
 from tether.app import bridgeconnect as session_app
 from tether.bridge import hostsfile, sessionstate
 from tether.bridge.channel import BridgeError
-from tether.cli.bridge import bridge_app  # `tether bridge ...`: status joins agent there
+from tether.cli.bridge import Context, Kubeconfig, Namespace, bridge_app  # `tether bridge ...`
 from tether.cli.options import DataDir, state_root
 from tether.kube import KubeError
 from tether.kube.config import KubeconfigError
@@ -25,6 +25,7 @@ from tether.net import daemon
 Opt = typer.Option
 DETACH_WAIT_S = 120.0
 STOP_WAIT_S = 20.0
+INTERCEPTS_WAIT_S = 5.0
 
 
 def register(app: typer.Typer) -> None:
@@ -156,14 +157,42 @@ def quit_command(
 def status(
     data_dir: DataDir = None,
     output: Annotated[str, Opt("--output", "-o", help="text or json")] = "text",
+    namespace: Namespace = None,
+    context: Context = None,
+    kubeconfig: Kubeconfig = None,
 ) -> None:
-    """What `tether connect` sessions map: Services, addresses, names, cluster, bytes."""
+    """What `tether connect` sessions map (Services, addresses, names, cluster, bytes) and the
+    intercepts in the namespace (route, who, since when, requests routed)."""
     import json
 
     records = sessionstate.read_all(state_root(data_dir))
     if output == "json":
         typer.echo(json.dumps([{**r.doc, "alive": daemon.alive(r.pid)} for r in records], indent=1))
         return
+    _print_sessions(records)
+    typer.echo(_intercepts_text(namespace, context, kubeconfig), nl=False)
+
+
+def _intercepts_text(namespace: str | None, context: str | None, kubeconfig: Path | None) -> str:
+    """The intercepts section; a cluster that does not answer in time is one line, not a failure
+    (the connect sessions above are local facts)."""
+    from tether.bridge import api, intercepts
+    from tether.cli.intercept import format_intercepts
+
+    async def run() -> tuple[str, list[intercepts.SessionView]]:
+        client, default_namespace = api.client_for(context, kubeconfig)
+        ns = namespace or default_namespace
+        async with client, asyncio.timeout(INTERCEPTS_WAIT_S):
+            return ns, [intercepts.view(s) for s in await intercepts.sessions(client, ns)]
+
+    try:
+        ns, views = asyncio.run(run())
+    except (KubeError, KubeconfigError, TimeoutError, OSError) as exc:
+        return f"intercepts: not read ({exc or 'no answer in time'})\n"
+    return f"intercepts in namespace {ns}:\n" + format_intercepts(views)
+
+
+def _print_sessions(records: list[sessionstate.Recorded]) -> None:
     if not records:
         typer.echo("no connect session")
         return
