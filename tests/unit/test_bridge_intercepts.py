@@ -129,3 +129,21 @@ def test_status_table() -> None:
     assert text.splitlines()[0].split() == ["ROUTE", "SERVICE", "MODE", "USER", "SINCE", "REQUESTS"]
     assert "naison-e4be" in text and "warning: alice-1: selector changed" in text
     assert format_intercepts([]) == "no intercepts\n"
+
+
+def test_router_role_cannot_touch_other_objects_in_the_namespace() -> None:
+    role = {o["kind"]: o for o in intercepts.router_objects(PLAN, {80: 8080})}["Role"]
+    named: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            for verb in rule["verbs"]:
+                if "resourceNames" in rule:
+                    named.setdefault((resource, verb), set()).update(rule["resourceNames"])
+                else:
+                    assert resource not in {"services", "endpoints", "serviceaccounts", "deployments", "roles",
+                                            "rolebindings"}, (resource, verb)
+                    assert verb not in {"update", "create"} or resource == "events", (resource, verb)
+    router = routing.router_name("stats-api")
+    assert named[("services", "patch")] == {"stats-api"}
+    assert named[("services", "delete")] == {routing.cloned_service_name("stats-api")}
+    assert named[("deployments", "delete")] == named[("roles", "delete")] == {router}

@@ -227,16 +227,23 @@ def router_objects(plan: Plan, listen: Mapping[int, int]) -> list[dict[str, Any]
     args = ["bridge", "router", "--service", plan.service, "--namespace", ns, "--park-port", str(PARK_PORT)]
     for number in sorted(set(listen.values())):
         args += ["--listen", str(number)]
+    # Least privilege: the router is reachable by every pod that talks to the Service, so its
+    # token must not be able to change or delete anything but its own objects and the Service it
+    # restores. Session ConfigMaps, Leases and Ingress copies have names only known later
+    # (one per developer), so those stay namespace-wide, and only with the verbs `end` needs.
+    own = [name]
     rules = [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch", "update", "delete"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "delete"]},
-        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch", "delete"]},
-        {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch"], "resourceNames": [plan.service]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["delete"], "resourceNames": [clone]},
+        {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["get"], "resourceNames": [clone]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["delete"]},
-        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["delete"], "resourceNames": own},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"], "resourceNames": own},
         {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": ["list", "delete"]},
-        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["delete"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["delete"],
+         "resourceNames": own},
     ]
     restricted = {"runAsNonRoot": True, "runAsUser": ROUTER_USER, "runAsGroup": ROUTER_USER,
                   "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
