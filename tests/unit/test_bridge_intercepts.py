@@ -85,6 +85,16 @@ def test_lease_expired(lease: dict[str, object] | None, now: float, expired: boo
     assert intercepts.lease_expired(lease, now) is expired
 
 
+SESSION_AT_1000 = {"metadata": {"creationTimestamp": at(1000)}, "data": {"restoreAfterSeconds": "30"}}
+
+
+@pytest.mark.parametrize("now, expired", [(1001, False), (1029, False), (1031, True)])
+def test_a_session_still_being_made_has_no_lease_yet(now: float, expired: bool) -> None:
+    # begin makes the session ConfigMap first, the Lease next: a router already serving the
+    # Service for another developer must not end the new session in between
+    assert intercepts.lease_expired(None, now, SESSION_AT_1000) is expired
+
+
 TASKS = """{
   // VS Code writes comments and trailing commas
   "version": "2.0.0",

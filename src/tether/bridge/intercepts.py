@@ -37,7 +37,7 @@ from typing import Any
 from tether.bridge import routing
 from tether.bridge.channel import BridgeError
 from tether.bridge.target import KINDS
-from tether.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
+from tether.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound, Preconditions
 from tether.objects.selectors import label_selector_to_string
 from tether.objects.times import micro_time, now_rfc3339, parse_time
 from tether.version import IMAGE
@@ -542,6 +542,23 @@ async def end(client: KubeClient, namespace: str, route: str, *, reason: str = "
     return True
 
 
+async def end_expired(client: KubeClient, namespace: str, route: str, lease: Obj | None) -> bool:
+    """End a session whose Lease was seen expired, unless the client renewed it since: the Lease
+    is deleted only at the version that was read (a renewal in between makes that a Conflict,
+    and the session lives on). False when the session was kept."""
+    if lease is not None:
+        meta = lease.get("metadata") or {}
+        try:
+            await client.delete("coordination.k8s.io/v1", "Lease", str(meta.get("name", "")), namespace,
+                                preconditions=Preconditions(uid=meta.get("uid"),
+                                                            resource_version=meta.get("resourceVersion")))
+        except Conflict:
+            return False
+        except NotFound:
+            pass
+    return await end(client, namespace, route, reason="lease expired")
+
+
 async def restore_service(client: KubeClient, namespace: str, service: str, original: Mapping[str, str]) -> str:
     """Put the original selector back if the Service still points at the router: 'restored',
     'changed' (someone else set it meanwhile: left as it is) or 'gone'."""
@@ -602,10 +619,16 @@ async def reset(client: KubeClient, namespace: str) -> list[str]:
 # the router's control loop (in the cluster) --------------------------------------------------
 
 
-def lease_expired(lease: Obj | None, now: float) -> bool:
-    """A Lease past `renewTime + leaseDurationSeconds` (a missing one counts as expired)."""
+def lease_expired(lease: Obj | None, now: float, session: Obj | None = None) -> bool:
+    """A Lease past `renewTime + leaseDurationSeconds`. A missing one counts as expired once its
+    session is older than its restore window: `begin` makes the session before the Lease, and a
+    router already serving the Service must not end a session that is still being made."""
     if lease is None:
-        return True
+        if session is None:
+            return True
+        created = parse_time((session.get("metadata") or {}).get("creationTimestamp"))
+        window = float((session.get("data") or {}).get("restoreAfterSeconds") or DEFAULT_RESTORE_AFTER_S)
+        return created is None or created.timestamp() + window < now
     spec = lease.get("spec") or {}
     renewed = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
     if renewed is None:
