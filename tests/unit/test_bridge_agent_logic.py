@@ -26,7 +26,7 @@ def test_refusal(addresses: list[str], port: int, refused: str | None) -> None:
 
 
 @pytest.mark.parametrize(("host", "pod_ip", "expected"), [
-    ("", "", ("", False)),  # a real pod: every address
+    ("", "", ("127.0.0.1", False)),  # a real pod: only the kubelet's port-forward reaches the mux port
     ("", "127.50.1.7", ("127.50.1.7", True)),  # pods may share the machine's network
     ("127.0.0.1", "127.50.1.7", ("127.0.0.1", False)),  # explicit wins
 ])

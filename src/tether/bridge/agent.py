@@ -80,16 +80,20 @@ def refusal(addresses: Iterable[str], port: int, own_ports: Iterable[int],
 
 
 def listen_hosts(host: str, pod_ip: str) -> tuple[str, bool]:
-    """Where to listen: (host, also on 127.0.0.1?).
+    """Where the mux port listens: (host, also on 127.0.0.1?).
 
     An explicit host is used as given. Otherwise, where the kubelet gave the pod an address in
     `POD_IP` (local clusters do for every pod; the Deployment tether makes does not ask for it),
     pods may share one network, so the agent takes its own address, and loopback too when free,
-    for a kubelet whose port-forward dials localhost; with no `POD_IP`, every address.
+    for a kubelet whose port-forward dials localhost. With no `POD_IP` (a real cluster), loopback
+    only: the mux port dials anything for whoever connects, so only the kubelet's port-forward
+    (which the API server authorises) may reach it, not every pod in the cluster.
     """
-    if host or not pod_ip:
+    if host:
         return host, False
-    return pod_ip, True
+    if pod_ip:
+        return pod_ip, True
+    return "127.0.0.1", False
 
 
 def valid_route(route: str) -> bool:
@@ -218,8 +222,9 @@ class BridgeAgent:
 
     async def start(self) -> None:
         self._own = _own_addresses(self.config)
-        host, loopback_too = listen_hosts(self.config.host, os.environ.get("POD_IP", ""))
-        self._servers.append(await asyncio.start_server(self._on_mux_connection, host or None,
+        pod_ip = os.environ.get("POD_IP", "")
+        host, loopback_too = listen_hosts(self.config.host, pod_ip)
+        self._servers.append(await asyncio.start_server(self._on_mux_connection, host,
                                                         self.config.port, reuse_address=True))
         if loopback_too:
             try:
@@ -227,10 +232,11 @@ class BridgeAgent:
                                                                 self.port, reuse_address=True))
             except OSError as exc:  # the pods share one network: another pod holds it, and nobody needs it
                 log.info("not listening on 127.0.0.1:%d too: %s", self.port, exc)
-        self._control = HttpServer(self._on_control_request, host=host or "0.0.0.0",
+        # the control port answers the kubelet's probes and routers in other pods: not loopback only
+        self._control = HttpServer(self._on_control_request, host=self.config.host or pod_ip or "0.0.0.0",
                                    port=self.config.control_port)
         await self._control.start()
-        log.info("bridge agent %s: mux on %s:%d, control on %d", __version__, self.config.host or "*",
+        log.info("bridge agent %s: mux on %s:%d, control on %d", __version__, host,
                  self.port, self.control_port)
 
     async def stop(self, grace_s: float = 5.0) -> None:
