@@ -128,6 +128,7 @@ def intercept(
                 channel, agent = await _channel(client, started, direct)
             except BaseException:
                 renewing.cancel()
+                await asyncio.wait([renewing])
                 await intercepts.end(client, ns, route, reason="no channel")
                 raise
             holding = Holding(client, channel, started, local_port)
@@ -158,6 +159,7 @@ def intercept(
                     await holding.hold(_until_left(client, ns, route, stop))
             finally:
                 renewing.cancel()
+                await asyncio.wait([renewing])  # no renewal may land after the session ended
                 await intercepts.end(client, ns, route, reason="client ended")
                 intercepts.forget_token(client.server, ns, route)
                 await _close_channel(client, channel, agent)
