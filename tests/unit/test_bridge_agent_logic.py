@@ -68,3 +68,35 @@ def test_existing_service_account_is_used_not_made() -> None:
 def test_bad_session_names(session: str) -> None:
     with pytest.raises(AgentError):
         agent_objects(session)
+
+
+class _Link:
+    """Stands in for a MuxConnection: ReverseRoutes looks only at `lost`."""
+
+    def __init__(self) -> None:
+        self.lost = False
+
+
+def test_a_dropped_clients_routes_are_reserved_for_its_key_for_a_while() -> None:
+    from typing import Any
+
+    from tether.bridge.agent import ReverseRoutes, RouteTaken
+
+    now = [100.0]
+    routes = ReverseRoutes(reclaim_s=60, clock=lambda: now[0])
+    alice, mallory, alice_again, later = _Link(), _Link(), _Link(), _Link()
+    conn: Any = alice
+    routes.register("alice", conn, "k1")
+    alice.lost = True
+    with pytest.raises(RouteTaken):  # lost, not yet dropped
+        routes.register("alice", mallory, "k2")  # type: ignore[arg-type]
+    routes.drop_connection(conn)
+    with pytest.raises(RouteTaken):
+        routes.register("alice", mallory, "")  # type: ignore[arg-type]
+    routes.register("alice", alice_again, "k1")  # type: ignore[arg-type]
+    assert "alice" in routes
+    alice_again.lost = True
+    routes.drop_connection(alice_again)  # type: ignore[arg-type]
+    now[0] += 61  # never came back: the name is free again
+    routes.register("alice", later, "k3")  # type: ignore[arg-type]
+    assert "alice" in routes

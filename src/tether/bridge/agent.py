@@ -5,7 +5,8 @@
 - the **mux port** (`--listen`, default 7700): developers' `MuxChannel`s connect here (through
   the API server's port-forward, the hub's cluster proxy, or directly) and speak `bridge.mux`.
   TCP and UDP opens are dialled from the pod; a client registers reverse routes with a control
-  request (`{"op": "register", "route": NAME}`).
+  request (`{"op": "register", "route": NAME, "key": SECRET}`); a dropped client's routes stay
+  reserved for its key for `ROUTE_RECLAIM_S`.
 - the **control port** (`--control`, default 7701), plain HTTP for components in the cluster:
   `GET /healthz` (readiness), `GET /routes` (registered routes, JSON), and
   `POST /v1/reverse/ROUTE?port=N&peer=ADDR` with `Connection: Upgrade`, `Upgrade: tether-reverse`,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import ipaddress
 import json
 import logging
@@ -28,7 +30,7 @@ import os
 import socket
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +55,7 @@ DEFAULT_CONTROL_PORT = 7701
 REVERSE_UPGRADE = "tether-reverse"
 UDP_IDLE_S = 120.0
 ROUTE_NAME_MAX = 253
+ROUTE_RECLAIM_S = 60.0  # how long a dropped client's routes stay reserved for it
 
 
 class RouteNotFound(BridgeError):
@@ -106,22 +109,36 @@ def valid_route(route: str) -> bool:
 class _Route:
     connection: MuxConnection
     since: float
+    key: str = ""  # the registering client's secret: only it may take the route back
     opened: int = 0
 
 
 class ReverseRoutes:
-    """Which developer connection serves each route; opens reverse streams to it."""
+    """Which developer connection serves each route; opens reverse streams to it.
 
-    def __init__(self) -> None:
+    A client registers with a secret `key` of its own. When its connection drops, the route
+    stays reserved for `reclaim_s`: only a registration with the same key (the same client,
+    reconnected) takes it in that time, so nobody else can grab a route name, and with it the
+    traffic meant for that developer, while they reconnect."""
+
+    def __init__(self, *, reclaim_s: float = ROUTE_RECLAIM_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._routes: dict[str, _Route] = {}
+        self._reserved: dict[str, tuple[str, float]] = {}  # route -> (key, reserved until)
+        self._reclaim_s = reclaim_s
+        self._clock = clock
 
-    def register(self, route: str, connection: MuxConnection) -> None:
+    def register(self, route: str, connection: MuxConnection, key: str = "") -> None:
         if not valid_route(route):
             raise BridgeError(f"route name {route!r} is not valid (letters, digits, '-', '.', '_')")
         current = self._routes.get(route)
         if current is not None and current.connection is not connection and not current.connection.lost:
             raise RouteTaken(f"route {route!r} is served by another client")
-        self._routes[route] = _Route(connection, time.time())
+        held = (current.key, 0.0) if current is not None and current.connection.lost else self._reserved.get(route)
+        if held is not None and held[0] and (current is not None or self._clock() < held[1]) \
+                and not hmac.compare_digest(held[0].encode(), key.encode()):
+            raise RouteTaken(f"route {route!r} is kept for its client, which is reconnecting")
+        self._reserved.pop(route, None)
+        self._routes[route] = _Route(connection, time.time(), key)
 
     def unregister(self, route: str, connection: MuxConnection) -> None:
         current = self._routes.get(route)
@@ -129,8 +146,13 @@ class ReverseRoutes:
             del self._routes[route]
 
     def drop_connection(self, connection: MuxConnection) -> None:
+        now = self._clock()
         for route in [r for r, entry in self._routes.items() if entry.connection is connection]:
-            del self._routes[route]
+            entry = self._routes.pop(route)
+            if entry.key:
+                self._reserved[route] = (entry.key, now + self._reclaim_s)
+        for route in [r for r, (_, until) in self._reserved.items() if until <= now]:
+            del self._reserved[route]
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"route": route, "client": entry.connection.name, "since": entry.since, "opened": entry.opened}
@@ -285,7 +307,7 @@ class BridgeAgent:
         op = message.get("op")
         route = str(message.get("route", ""))
         if op == "register":
-            self.routes.register(route, connection)
+            self.routes.register(route, connection, str(message.get("key", "")))
             log.info("%s registered route %s", connection.name, route)
             return {"ok": True}
         if op == "unregister":
