@@ -56,6 +56,7 @@ def test_agent_objects_are_restricted_and_labelled() -> None:
     assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 7701}
     assert "hostNetwork" not in pod and "privileged" not in security
+    assert pod["automountServiceAccountToken"] is False  # the agent never calls the API
     assert namespace_object("tether-bridge")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
