@@ -236,7 +236,9 @@ def test_route_as_header_two_developers_and_leave(clusters: Any, app: dict[str, 
 
             assert tether(clusters, "leave", "alice-0001", "-n", NS, state=tmp_path / "b").returncode == 0
             second.wait(timeout=60)
-            assert is_original(get(ip, {"kubernetes-route-as": "alice-0001"}))
+            # the router drops the route at its next look at the sessions: wait for it, not a time
+            poll(lambda: is_original(get(ip, {"kubernetes-route-as": "alice-0001"})), timeout=TIMEOUT_S,
+                 interval=0.5, what="alice's header reaching the original pods again")
             assert get(ip, {"kubernetes-route-as": "naison-e4be"}) == "200 local-a naison-e4be"
         finally:
             stop(second)
