@@ -10,6 +10,7 @@ import pytest
 
 from tether.bridge.agent import AgentConfig, BridgeAgent, ReverseRoutes, RouteNotFound, dial_reverse
 from tether.bridge.channel import (
+    ByteStream,
     ChannelLost,
     DialFailed,
     ReverseStream,
@@ -303,3 +304,31 @@ async def test_agent_process_stops_on_sigterm_and_clients_notice() -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_reconnecting_clients_route_cannot_be_taken_by_another() -> None:
+    async def handler(reverse: ReverseStream) -> None:
+        await reverse.stream.aclose()
+
+    proxy_up = asyncio.Event()
+    proxy_up.set()
+    links: list[asyncio.StreamWriter] = []
+
+    async with _agent() as agent:
+        async def via_proxy() -> ByteStream:  # the first client's link, which the test cuts
+            await proxy_up.wait()
+            reader, writer = await asyncio.open_connection("127.0.0.1", agent.port)
+            links.append(writer)
+            return stream_from_asyncio(reader, writer)
+
+        async with MuxChannel("a", via_proxy, reconnect_deadline_s=DEADLINE_S) as first, \
+                MuxChannel("b", tcp_connector("127.0.0.1", agent.port)) as second:
+            await first.serve_reverse("alice", 80, handler)
+            proxy_up.clear()
+            links[-1].transport.abort()  # alice's link drops; she is reconnecting
+            await _until(lambda: "alice" not in agent.routes)
+            with pytest.raises(ControlError, match="reconnecting"):
+                await second.serve_reverse("alice", 80, handler)
+            proxy_up.set()  # alice is back: her route is hers again
+            await _until(lambda: "alice" in agent.routes and first.connects == 2)
+            assert first.connected

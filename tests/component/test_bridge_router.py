@@ -224,3 +224,23 @@ async def test_h2c_connections_go_where_their_first_request_goes(setup: Setup, h
     await writer.drain()
     assert await reader.read() == expected
     writer.close()
+
+
+async def test_a_stopped_pool_has_finished_its_connections(setup: Setup) -> None:
+    # `Holding.hold` ends the session right after the pool stops: no served connection may
+    # still be running (or be left to the event loop's shutdown) by then
+    setup.router.set_routes({"alice": (routing.token_digest("ta"), False), "bob": (routing.token_digest("tb"), False),
+                             "carol": (routing.token_digest("tc"), False)})
+    alice = setup.pools["alice"]
+    pool = ParkedPool(alice.open_router, "carol", "tc", alice.port, alice.handler, size=2)
+    running = asyncio.create_task(pool.run())
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    for _ in range(3):  # keep-alive: the developer's side stays open, spliced, after each answer
+        assert (await exchange(reader, writer, "/x", "kubernetes-route-as: carol\r\n")).startswith("alice")
+    served = list(pool._tasks)
+    assert served
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    assert all(task.done() for task in served)
+    writer.close()

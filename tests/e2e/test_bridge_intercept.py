@@ -240,7 +240,9 @@ def test_route_as_header_two_developers_and_leave(clusters: Any, app: dict[str, 
 
             assert tether(clusters, "leave", "alice-0001", "-n", NS, state=tmp_path / "b").returncode == 0
             second.wait(timeout=60)
-            assert is_original(get(ip, {"kubernetes-route-as": "alice-0001"}))
+            # the router drops the route at its next look at the sessions: wait for it, not a time
+            poll(lambda: is_original(get(ip, {"kubernetes-route-as": "alice-0001"})), timeout=TIMEOUT_S,
+                 interval=0.5, what="alice's header reaching the original pods again")
             assert get(ip, {"kubernetes-route-as": "naison-e4be"}) == "200 local-a naison-e4be"
         finally:
             stop(second)
@@ -428,3 +430,23 @@ def test_bridge_reset_restores_a_namespace_at_once(clusters: Any, app: dict[str,
     assert is_original(get(ip, {"kubernetes-route-as": "reset-0001"}))
     poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
     assert tether(clusters, "bridge", "reset", "-n", NS, state=tmp_path).stdout.startswith("nothing")
+
+
+def test_a_command_stops_when_its_intercept_is_ended_elsewhere(clusters: Any, app: dict[str, Any],
+                                                                tmp_path: Path) -> None:
+    log, started = tmp_path / "cmd.log", tmp_path / "started"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tether", "intercept", f"deploy/{SVC}", "-n", NS, "--port", "3001", "--route-as",
+         "cmd-0002", *base_args(clusters), "--", "sh", "-c", f"touch {started}; exec sleep 3600"],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+    try:
+        poll(started.exists, timeout=TIMEOUT_S, interval=0.5, what="the intercept running its command")
+        left = tether(clusters, "leave", "cmd-0002", "-n", NS, state=tmp_path)
+        assert left.returncode == 0, left.stderr
+        poll(lambda: process.poll() is not None, timeout=TIMEOUT_S, interval=0.5,
+             what="the intercept to stop its command: " + log.read_text())
+        assert process.returncode == 1
+        assert "was ended in the cluster" in log.read_text()
+    finally:
+        stop(process)
+    poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")

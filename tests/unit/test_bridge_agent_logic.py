@@ -26,7 +26,7 @@ def test_refusal(addresses: list[str], port: int, refused: str | None) -> None:
 
 
 @pytest.mark.parametrize(("host", "pod_ip", "expected"), [
-    ("", "", ("", False)),  # a real pod: every address
+    ("", "", ("127.0.0.1", False)),  # a real pod: only the kubelet's port-forward reaches the mux port
     ("", "127.50.1.7", ("127.50.1.7", True)),  # pods may share the machine's network
     ("127.0.0.1", "127.50.1.7", ("127.0.0.1", False)),  # explicit wins
 ])
@@ -56,6 +56,7 @@ def test_agent_objects_are_restricted_and_labelled() -> None:
     assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 7701}
     assert "hostNetwork" not in pod and "privileged" not in security
+    assert pod["automountServiceAccountToken"] is False  # the agent never calls the API
     assert namespace_object("tether-bridge")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
@@ -68,3 +69,35 @@ def test_existing_service_account_is_used_not_made() -> None:
 def test_bad_session_names(session: str) -> None:
     with pytest.raises(AgentError):
         agent_objects(session)
+
+
+class _Link:
+    """Stands in for a MuxConnection: ReverseRoutes looks only at `lost`."""
+
+    def __init__(self) -> None:
+        self.lost = False
+
+
+def test_a_dropped_clients_routes_are_reserved_for_its_key_for_a_while() -> None:
+    from typing import Any
+
+    from tether.bridge.agent import ReverseRoutes, RouteTaken
+
+    now = [100.0]
+    routes = ReverseRoutes(reclaim_s=60, clock=lambda: now[0])
+    alice, mallory, alice_again, later = _Link(), _Link(), _Link(), _Link()
+    conn: Any = alice
+    routes.register("alice", conn, "k1")
+    alice.lost = True
+    with pytest.raises(RouteTaken):  # lost, not yet dropped
+        routes.register("alice", mallory, "k2")  # type: ignore[arg-type]
+    routes.drop_connection(conn)
+    with pytest.raises(RouteTaken):
+        routes.register("alice", mallory, "")  # type: ignore[arg-type]
+    routes.register("alice", alice_again, "k1")  # type: ignore[arg-type]
+    assert "alice" in routes
+    alice_again.lost = True
+    routes.drop_connection(alice_again)  # type: ignore[arg-type]
+    now[0] += 61  # never came back: the name is free again
+    routes.register("alice", later, "k3")  # type: ignore[arg-type]
+    assert "alice" in routes

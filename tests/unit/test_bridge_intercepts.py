@@ -85,6 +85,16 @@ def test_lease_expired(lease: dict[str, object] | None, now: float, expired: boo
     assert intercepts.lease_expired(lease, now) is expired
 
 
+SESSION_AT_1000 = {"metadata": {"creationTimestamp": at(1000)}, "data": {"restoreAfterSeconds": "30"}}
+
+
+@pytest.mark.parametrize("now, expired", [(1001, False), (1029, False), (1031, True)])
+def test_a_session_still_being_made_has_no_lease_yet(now: float, expired: bool) -> None:
+    # begin makes the session ConfigMap first, the Lease next: a router already serving the
+    # Service for another developer must not end the new session in between
+    assert intercepts.lease_expired(None, now, SESSION_AT_1000) is expired
+
+
 TASKS = """{
   // VS Code writes comments and trailing commas
   "version": "2.0.0",
@@ -129,3 +139,21 @@ def test_status_table() -> None:
     assert text.splitlines()[0].split() == ["ROUTE", "SERVICE", "MODE", "USER", "SINCE", "REQUESTS"]
     assert "naison-e4be" in text and "warning: alice-1: selector changed" in text
     assert format_intercepts([]) == "no intercepts\n"
+
+
+def test_router_role_cannot_touch_other_objects_in_the_namespace() -> None:
+    role = {o["kind"]: o for o in intercepts.router_objects(PLAN, {80: 8080})}["Role"]
+    named: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            for verb in rule["verbs"]:
+                if "resourceNames" in rule:
+                    named.setdefault((resource, verb), set()).update(rule["resourceNames"])
+                else:
+                    assert resource not in {"services", "endpoints", "serviceaccounts", "deployments", "roles",
+                                            "rolebindings"}, (resource, verb)
+                    assert verb not in {"update", "create"} or resource == "events", (resource, verb)
+    router = routing.router_name("stats-api")
+    assert named[("services", "patch")] == {"stats-api"}
+    assert named[("services", "delete")] == {routing.cloned_service_name("stats-api")}
+    assert named[("deployments", "delete")] == named[("roles", "delete")] == {router}

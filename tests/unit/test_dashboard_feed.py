@@ -90,3 +90,19 @@ async def test_event_stream_sends_changes_and_ends_when_the_right_is_revoked() -
     assert await anext(stream) == b"event: unauthorized\ndata: {}\n\n"
     with pytest.raises(StopAsyncIteration):
         await anext(stream)
+
+
+@pytest.mark.parametrize(("address", "tls", "refused"), [
+    ("127.0.0.1", False, False), ("::1", False, False), ("[::1]", False, False),
+    ("localhost", False, False), ("127.0.0.5", False, False),
+    ("0.0.0.0", False, True), ("", False, True), ("10.0.0.7", False, True), ("::", False, True),
+    ("hub.example.com", False, True),
+    ("0.0.0.0", True, False), ("10.0.0.7", True, False),
+])
+def test_plain_http_only_on_loopback(address: str, tls: bool, refused: bool) -> None:
+    from tether.app.dashboard.server import plain_http_refusal
+
+    reason = plain_http_refusal(address, tls)
+    assert (reason is not None) is refused
+    if reason is not None:
+        assert "--dashboard-tls" in reason and "port-forward" in reason

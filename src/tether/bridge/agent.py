@@ -5,7 +5,8 @@
 - the **mux port** (`--listen`, default 7700): developers' `MuxChannel`s connect here (through
   the API server's port-forward, the hub's cluster proxy, or directly) and speak `bridge.mux`.
   TCP and UDP opens are dialled from the pod; a client registers reverse routes with a control
-  request (`{"op": "register", "route": NAME}`).
+  request (`{"op": "register", "route": NAME, "key": SECRET}`); a dropped client's routes stay
+  reserved for its key for `ROUTE_RECLAIM_S`.
 - the **control port** (`--control`, default 7701), plain HTTP for components in the cluster:
   `GET /healthz` (readiness), `GET /routes` (registered routes, JSON), and
   `POST /v1/reverse/ROUTE?port=N&peer=ADDR` with `Connection: Upgrade`, `Upgrade: tether-reverse`,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import ipaddress
 import json
 import logging
@@ -28,7 +30,7 @@ import os
 import socket
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +55,7 @@ DEFAULT_CONTROL_PORT = 7701
 REVERSE_UPGRADE = "tether-reverse"
 UDP_IDLE_S = 120.0
 ROUTE_NAME_MAX = 253
+ROUTE_RECLAIM_S = 60.0  # how long a dropped client's routes stay reserved for it
 
 
 class RouteNotFound(BridgeError):
@@ -80,16 +83,20 @@ def refusal(addresses: Iterable[str], port: int, own_ports: Iterable[int],
 
 
 def listen_hosts(host: str, pod_ip: str) -> tuple[str, bool]:
-    """Where to listen: (host, also on 127.0.0.1?).
+    """Where the mux port listens: (host, also on 127.0.0.1?).
 
     An explicit host is used as given. Otherwise, where the kubelet gave the pod an address in
     `POD_IP` (local clusters do for every pod; the Deployment tether makes does not ask for it),
     pods may share one network, so the agent takes its own address, and loopback too when free,
-    for a kubelet whose port-forward dials localhost; with no `POD_IP`, every address.
+    for a kubelet whose port-forward dials localhost. With no `POD_IP` (a real cluster), loopback
+    only: the mux port dials anything for whoever connects, so only the kubelet's port-forward
+    (which the API server authorises) may reach it, not every pod in the cluster.
     """
-    if host or not pod_ip:
+    if host:
         return host, False
-    return pod_ip, True
+    if pod_ip:
+        return pod_ip, True
+    return "127.0.0.1", False
 
 
 def valid_route(route: str) -> bool:
@@ -102,22 +109,36 @@ def valid_route(route: str) -> bool:
 class _Route:
     connection: MuxConnection
     since: float
+    key: str = ""  # the registering client's secret: only it may take the route back
     opened: int = 0
 
 
 class ReverseRoutes:
-    """Which developer connection serves each route; opens reverse streams to it."""
+    """Which developer connection serves each route; opens reverse streams to it.
 
-    def __init__(self) -> None:
+    A client registers with a secret `key` of its own. When its connection drops, the route
+    stays reserved for `reclaim_s`: only a registration with the same key (the same client,
+    reconnected) takes it in that time, so nobody else can grab a route name, and with it the
+    traffic meant for that developer, while they reconnect."""
+
+    def __init__(self, *, reclaim_s: float = ROUTE_RECLAIM_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._routes: dict[str, _Route] = {}
+        self._reserved: dict[str, tuple[str, float]] = {}  # route -> (key, reserved until)
+        self._reclaim_s = reclaim_s
+        self._clock = clock
 
-    def register(self, route: str, connection: MuxConnection) -> None:
+    def register(self, route: str, connection: MuxConnection, key: str = "") -> None:
         if not valid_route(route):
             raise BridgeError(f"route name {route!r} is not valid (letters, digits, '-', '.', '_')")
         current = self._routes.get(route)
         if current is not None and current.connection is not connection and not current.connection.lost:
             raise RouteTaken(f"route {route!r} is served by another client")
-        self._routes[route] = _Route(connection, time.time())
+        held = (current.key, 0.0) if current is not None and current.connection.lost else self._reserved.get(route)
+        if held is not None and held[0] and (current is not None or self._clock() < held[1]) \
+                and not hmac.compare_digest(held[0].encode(), key.encode()):
+            raise RouteTaken(f"route {route!r} is kept for its client, which is reconnecting")
+        self._reserved.pop(route, None)
+        self._routes[route] = _Route(connection, time.time(), key)
 
     def unregister(self, route: str, connection: MuxConnection) -> None:
         current = self._routes.get(route)
@@ -125,8 +146,13 @@ class ReverseRoutes:
             del self._routes[route]
 
     def drop_connection(self, connection: MuxConnection) -> None:
+        now = self._clock()
         for route in [r for r, entry in self._routes.items() if entry.connection is connection]:
-            del self._routes[route]
+            entry = self._routes.pop(route)
+            if entry.key:
+                self._reserved[route] = (entry.key, now + self._reclaim_s)
+        for route in [r for r, (_, until) in self._reserved.items() if until <= now]:
+            del self._reserved[route]
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"route": route, "client": entry.connection.name, "since": entry.since, "opened": entry.opened}
@@ -218,8 +244,9 @@ class BridgeAgent:
 
     async def start(self) -> None:
         self._own = _own_addresses(self.config)
-        host, loopback_too = listen_hosts(self.config.host, os.environ.get("POD_IP", ""))
-        self._servers.append(await asyncio.start_server(self._on_mux_connection, host or None,
+        pod_ip = os.environ.get("POD_IP", "")
+        host, loopback_too = listen_hosts(self.config.host, pod_ip)
+        self._servers.append(await asyncio.start_server(self._on_mux_connection, host,
                                                         self.config.port, reuse_address=True))
         if loopback_too:
             try:
@@ -227,10 +254,11 @@ class BridgeAgent:
                                                                 self.port, reuse_address=True))
             except OSError as exc:  # the pods share one network: another pod holds it, and nobody needs it
                 log.info("not listening on 127.0.0.1:%d too: %s", self.port, exc)
-        self._control = HttpServer(self._on_control_request, host=host or "0.0.0.0",
+        # the control port answers the kubelet's probes and routers in other pods: not loopback only
+        self._control = HttpServer(self._on_control_request, host=self.config.host or pod_ip or "0.0.0.0",
                                    port=self.config.control_port)
         await self._control.start()
-        log.info("bridge agent %s: mux on %s:%d, control on %d", __version__, self.config.host or "*",
+        log.info("bridge agent %s: mux on %s:%d, control on %d", __version__, host,
                  self.port, self.control_port)
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -279,7 +307,7 @@ class BridgeAgent:
         op = message.get("op")
         route = str(message.get("route", ""))
         if op == "register":
-            self.routes.register(route, connection)
+            self.routes.register(route, connection, str(message.get("key", "")))
             log.info("%s registered route %s", connection.name, route)
             return {"ok": True}
         if op == "unregister":

@@ -117,7 +117,9 @@ def agent_objects(session: str, *, namespace: str = NAMESPACE, image: str = IMAG
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": account,
-                    "automountServiceAccountToken": True,  # the intercept side calls the API from here
+                    # the agent never calls the API: no token in a pod that dials for its clients
+                    # (a caller's own `service_account` is mounted, for what it was made for)
+                    "automountServiceAccountToken": service_account is not None,
                     "terminationGracePeriodSeconds": 10,
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
                                         "seccompProfile": {"type": "RuntimeDefault"}},

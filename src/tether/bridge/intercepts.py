@@ -37,7 +37,7 @@ from typing import Any
 from tether.bridge import routing
 from tether.bridge.channel import BridgeError
 from tether.bridge.target import KINDS
-from tether.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
+from tether.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound, Preconditions
 from tether.objects.selectors import label_selector_to_string
 from tether.objects.times import micro_time, now_rfc3339, parse_time
 from tether.version import IMAGE
@@ -227,16 +227,23 @@ def router_objects(plan: Plan, listen: Mapping[int, int]) -> list[dict[str, Any]
     args = ["bridge", "router", "--service", plan.service, "--namespace", ns, "--park-port", str(PARK_PORT)]
     for number in sorted(set(listen.values())):
         args += ["--listen", str(number)]
+    # Least privilege: the router is reachable by every pod that talks to the Service, so its
+    # token must not be able to change or delete anything but its own objects and the Service it
+    # restores. Session ConfigMaps, Leases and Ingress copies have names only known later
+    # (one per developer), so those stay namespace-wide, and only with the verbs `end` needs.
+    own = [name]
     rules = [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch", "update", "delete"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "delete"]},
-        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch", "delete"]},
-        {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch"], "resourceNames": [plan.service]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["delete"], "resourceNames": [clone]},
+        {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["get"], "resourceNames": [clone]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["delete"]},
-        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["delete"], "resourceNames": own},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"], "resourceNames": own},
         {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": ["list", "delete"]},
-        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["delete"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["delete"],
+         "resourceNames": own},
     ]
     restricted = {"runAsNonRoot": True, "runAsUser": ROUTER_USER, "runAsGroup": ROUTER_USER,
                   "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
@@ -535,6 +542,23 @@ async def end(client: KubeClient, namespace: str, route: str, *, reason: str = "
     return True
 
 
+async def end_expired(client: KubeClient, namespace: str, route: str, lease: Obj | None) -> bool:
+    """End a session whose Lease was seen expired, unless the client renewed it since: the Lease
+    is deleted only at the version that was read (a renewal in between makes that a Conflict,
+    and the session lives on). False when the session was kept."""
+    if lease is not None:
+        meta = lease.get("metadata") or {}
+        try:
+            await client.delete("coordination.k8s.io/v1", "Lease", str(meta.get("name", "")), namespace,
+                                preconditions=Preconditions(uid=meta.get("uid"),
+                                                            resource_version=meta.get("resourceVersion")))
+        except Conflict:
+            return False
+        except NotFound:
+            pass
+    return await end(client, namespace, route, reason="lease expired")
+
+
 async def restore_service(client: KubeClient, namespace: str, service: str, original: Mapping[str, str]) -> str:
     """Put the original selector back if the Service still points at the router: 'restored',
     'changed' (someone else set it meanwhile: left as it is) or 'gone'."""
@@ -595,10 +619,16 @@ async def reset(client: KubeClient, namespace: str) -> list[str]:
 # the router's control loop (in the cluster) --------------------------------------------------
 
 
-def lease_expired(lease: Obj | None, now: float) -> bool:
-    """A Lease past `renewTime + leaseDurationSeconds` (a missing one counts as expired)."""
+def lease_expired(lease: Obj | None, now: float, session: Obj | None = None) -> bool:
+    """A Lease past `renewTime + leaseDurationSeconds`. A missing one counts as expired once its
+    session is older than its restore window: `begin` makes the session before the Lease, and a
+    router already serving the Service must not end a session that is still being made."""
     if lease is None:
-        return True
+        if session is None:
+            return True
+        created = parse_time((session.get("metadata") or {}).get("creationTimestamp"))
+        window = float((session.get("data") or {}).get("restoreAfterSeconds") or DEFAULT_RESTORE_AFTER_S)
+        return created is None or created.timestamp() + window < now
     spec = lease.get("spec") or {}
     renewed = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
     if renewed is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -88,6 +89,8 @@ class MuxChannel:
         self._supervisor: asyncio.Task[None] | None = None
         self._last_error = "not connected yet"
         self._handlers: dict[tuple[str, int], ReverseHandler] = {}
+        # proves to the agent that a reconnection is this channel, taking its routes back
+        self._route_key = secrets.token_urlsafe(24)
         self.connects = 0  # how many connections were made (a reconnect adds one)
         self._past = MuxStats()  # counters of connections that have ended
         self.agent: dict[str, object] = {}  # what the agent said in its HELLO
@@ -139,7 +142,7 @@ class MuxChannel:
         if new_route:
             try:
                 connection = await self._live()
-                await connection.call({"op": "register", "route": route})
+                await connection.call({"op": "register", "route": route, "key": self._route_key})
             except BaseException:
                 self._handlers.pop((route, port), None)
                 raise
@@ -219,7 +222,7 @@ class MuxChannel:
         try:
             for route in sorted({r for r, _ in self._handlers}):
                 try:
-                    await connection.call({"op": "register", "route": route})
+                    await connection.call({"op": "register", "route": route, "key": self._route_key})
                 except ControlError as exc:  # taken by someone else meanwhile: keep the connection
                     log.warning("%s: route %s not served any more: %s", self._cluster, route, exc)
         except BaseException:

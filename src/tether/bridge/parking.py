@@ -81,8 +81,13 @@ class ParkedPool:
                 for _ in range(self.size):
                     group.create_task(self._slot())
         finally:
-            for task in list(self._tasks):
+            # the served connections end with the pool: cancelled and awaited, so the caller
+            # that ends the session next finds them closed
+            served = list(self._tasks)
+            for task in served:
                 task.cancel()
+            if served:
+                await asyncio.wait(served)
 
     async def _slot(self) -> None:
         backoff = 0.1

@@ -59,10 +59,11 @@ class RouterLoop:
             route = str((session.get("data") or {}).get("route", ""))
             lease = await self.client.get_or_none("coordination.k8s.io/v1", "Lease", routing.session_name(route),
                                                   self.namespace)
-            if intercepts.lease_expired(lease, now):
+            if intercepts.lease_expired(lease, now, session):
                 log.warning("router %s: the lease of %s expired; ending its intercept", self.service, route)
-                await intercepts.end(self.client, self.namespace, route, reason="lease expired")
-                continue
+                if await intercepts.end_expired(self.client, self.namespace, route, lease):
+                    continue
+                log.info("router %s: %s renewed its lease meanwhile; keeping it", self.service, route)
             live.append(session)
         if not live:
             if found:

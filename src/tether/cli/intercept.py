@@ -128,6 +128,7 @@ def intercept(
                 channel, agent = await _channel(client, started, direct)
             except BaseException:
                 renewing.cancel()
+                await asyncio.wait([renewing])
                 await intercepts.end(client, ns, route, reason="no channel")
                 raise
             holding = Holding(client, channel, started, local_port)
@@ -146,18 +147,27 @@ def intercept(
                             "--", *command]
                     child = await asyncio.create_subprocess_exec(*argv)
                     waiter = asyncio.ensure_future(child.wait())
-                    stopper = asyncio.ensure_future(stop.wait())
-                    await holding.hold(asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED))
-                    stopper.cancel()
+                    # Ctrl-C, or the session ended in the cluster (`tether leave`, `bridge reset`,
+                    # an expired Lease): the command would otherwise run on with no traffic
+                    left = asyncio.ensure_future(_until_left(client, ns, route, stop))
+                    await holding.hold(asyncio.wait({waiter, left}, return_when=asyncio.FIRST_COMPLETED))
+                    ended_elsewhere = left.done() and not stop.is_set() and child.returncode is None
+                    left.cancel()
+                    await asyncio.wait([left])
                     if child.returncode is None:
                         child.terminate()
                         await child.wait()
                     code = child.returncode or 0
+                    if ended_elsewhere:
+                        typer.echo(f"intercept {route} was ended in the cluster (tether leave, bridge reset "
+                                   "or an expired lease); the command was stopped", err=True)
+                        code = 1
                 else:
                     typer.echo(f"until `tether leave {route}` (or Ctrl-C)", err=True)
                     await holding.hold(_until_left(client, ns, route, stop))
             finally:
                 renewing.cancel()
+                await asyncio.wait([renewing])  # no renewal may land after the session ended
                 await intercepts.end(client, ns, route, reason="client ended")
                 intercepts.forget_token(client.server, ns, route)
                 await _close_channel(client, channel, agent)

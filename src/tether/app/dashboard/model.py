@@ -128,17 +128,6 @@ class FederatedView:
 
 
 @dataclass(frozen=True)
-class TunnelView:
-    agents: tuple[str, ...]
-    established: int
-    pending_dials: int
-    bytes_to_agents: int
-    bytes_from_agents: int
-    connects_refused: int
-    dial_failures: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True)
 class MirrorView:
     name: str
     ready: str
@@ -169,7 +158,7 @@ class Dashboard:
     now_s: float
     clusters: tuple[ClusterView, ...]
     objects: tuple[FederatedView, ...]
-    tunnel: TunnelView | None
+    tunnel: TunnelFacts | None  # as the tunnel server counted them, sorted
     mirrors: tuple[MirrorView, ...]
     mesh: tuple[MeshPeerView, ...]
     dns: tuple[DnsRecordView, ...] = ()
@@ -287,9 +276,8 @@ def build(snapshot: HubSnapshot) -> Dashboard:
     tunnel = None
     if snapshot.tunnel is not None:
         t = snapshot.tunnel
-        tunnel = TunnelView(tuple(sorted(t.agents)), t.established, t.pending_dials,
-                            t.bytes_to_agents, t.bytes_from_agents, t.connects_refused,
-                            tuple(sorted(t.dial_failures)))
+        tunnel = dataclasses.replace(t, agents=tuple(sorted(t.agents)),
+                                     dial_failures=tuple(sorted(t.dial_failures)))
     mirrors = tuple(sorted((mirror_view(p) for p in snapshot.mirror_policies), key=lambda m: m.name))
     dns = tuple(sorted((r for e in snapshot.dns_endpoints for r in dns_records(e)),
                        key=lambda r: (r.dns_name, r.record_type, r.endpoint)))

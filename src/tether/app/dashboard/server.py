@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import ssl
@@ -145,6 +146,22 @@ def tunnel_facts(server: TunnelServer) -> M.TunnelFacts:
         dial_failures=tuple(sorted(server.state.failures.counts.items())))
 
 
+def plain_http_refusal(address: str, tls: bool) -> str | None:
+    """Why the dashboard must not serve plain HTTP on `address`, or None: a bearer token typed
+    into the page crosses the network in a header, so plain HTTP is for loopback only (reach a
+    hub in a pod with `kubectl port-forward`, which arrives on the pod's loopback)."""
+    if tls or address == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(address.strip("[]")).is_loopback:
+            return None
+    except ValueError:
+        pass
+    shown = address or "every address"
+    return (f"--dashboard-address {shown} without --dashboard-tls would send sign-in tokens in clear "
+            "text: add --dashboard-tls, or keep 127.0.0.1 and reach it with kubectl port-forward")
+
+
 class DashboardServer:
     def __init__(self, hub: Hub, *, address: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  tls: bool = False) -> None:
@@ -171,6 +188,9 @@ class DashboardServer:
         self.feed.poke()
 
     async def start(self) -> None:
+        refused = plain_http_refusal(self.address, self.tls)
+        if refused is not None:
+            raise proxy_app.ProxySetupError(refused)
         context: ssl.SSLContext | None = None
         if self.tls:
             # the cluster proxy's CA and serving certificate: `tether kubeconfig` client
