@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tether.bridge import agent
 from tether.bridge.agent import listen_hosts, refusal, valid_route
 from tether.bridge.agentpods import AgentError, agent_objects, namespace_object
 
@@ -101,3 +102,16 @@ def test_a_dropped_clients_routes_are_reserved_for_its_key_for_a_while() -> None
     now[0] += 61  # never came back: the name is free again
     routes.register("alice", later, "k3")  # type: ignore[arg-type]
     assert "alice" in routes
+
+
+@pytest.mark.parametrize(("peer", "allowed"), [
+    ("127.0.0.1:51000", True),
+    ("[::1]:51000", True),
+    ("127.33.1.5:4000", True),  # all of 127/8 is this host's loopback
+    ("10.244.1.7:51000", False),  # another pod
+    ("192.168.1.9:80", False),
+    ("", False),  # unknown peer: refuse
+    ("not-an-address", False),
+])
+def test_only_loopback_callers_may_use_the_control_port(peer: str, allowed: bool) -> None:
+    assert agent.control_allowed(peer) is allowed

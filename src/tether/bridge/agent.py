@@ -11,7 +11,8 @@
   `GET /healthz` (readiness), `GET /routes` (registered routes, JSON), and
   `POST /v1/reverse/ROUTE?port=N&peer=ADDR` with `Connection: Upgrade`, `Upgrade: tether-reverse`,
   answered `101` and then carrying raw bytes to the developer who registered ROUTE (`404` if
-  nobody has, `502` if their end refused). A routing proxy in another pod uses this.
+  nobody has, `502` if their end refused). Only loopback callers (a router in the agent's own
+  pod) may list routes or open reverse streams: `control_allowed`.
 
 A router in the same process uses `ReverseRoutes.open(route, port, peer)` instead, which returns
 the `ByteStream` directly. Dial destinations are checked first: nothing resolves to the agent's
@@ -428,6 +429,9 @@ class BridgeAgent:
     async def _on_control_request(self, request: Request) -> Response | UpgradeResponse:
         if request.method == "GET" and request.path in ("/healthz", "/readyz"):
             return Response(200, b"ok", content_type="text/plain")
+        if not control_allowed(_peer_of(request)):
+            return _status(403, "Forbidden", "route listing and reverse opens are served to this pod only "
+                                             "(a router in the agent's pod)")
         if request.method == "GET" and request.path == "/routes":
             return Response(200, json.dumps({"routes": self.routes.describe()}).encode())
         prefix = "/v1/reverse/"
@@ -459,6 +463,17 @@ class BridgeAgent:
             await stream.aclose()
 
         return UpgradeResponse([("Connection", "Upgrade"), ("Upgrade", REVERSE_UPGRADE)], relay, abandon=abandon)
+
+
+def control_allowed(peer: str) -> bool:
+    """Whether a control-port caller may list routes and open reverse streams: only from inside
+    the agent's own pod (loopback). The port also answers the kubelet's probes, so it listens on
+    the pod IP, where any pod in the cluster could otherwise reach developers' machines."""
+    host = peer.rsplit(":", 1)[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _peer_of(request: Request) -> str:
