@@ -49,6 +49,8 @@ from tether.federation.propagation import (
 from tether.federation.registrations import RegistrationController
 from tether.federation.template_status import TemplateStatusTarget
 from tether.kube import KubeClient
+from tether.kube.leaderelection import ElectionConfig
+from tether.kube.leaderelector import LeaderElector, LeadershipLost
 from tether.net.httpserver import HttpServer, Request, Response
 
 if TYPE_CHECKING:
@@ -82,6 +84,14 @@ class Hub:
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
         self.servers: list[HttpServer] = []
+        self.elector: LeaderElector | None = None
+        if config.leader_election is not None:
+            e = config.leader_election
+            self.elector = LeaderElector(host, ElectionConfig(
+                identity=e.identity, name=e.resource_name, namespace=e.resource_namespace,
+                lease_duration_s=e.lease_duration_s, renew_deadline_s=e.renew_deadline_s,
+                retry_period_s=e.retry_period_s, release_on_cancel=True))
+        self.metrics.gauges["tether_leader_is_leader"] = lambda: 1.0 if self.leading else 0.0
         self.tunnel: HubTunnel | None = None
         if config.tunnel_agent_port is not None:
             from tether.app.hub_tunnel import HubTunnel
@@ -93,24 +103,54 @@ class Hub:
         return float(sum(1 for i in infos if i is not None and i.ready))
 
     @property
+    def leading(self) -> bool:
+        """Whether this replica runs the controllers (always, without leader election)."""
+        return self.elector is None or self.elector.is_leader
+
+    @property
+    def controllers_synced(self) -> bool:
+        return (self.kubefed.synced and self.karmada.synced and self.taint_policies.synced
+                and self.rebalancers.synced)
+
+    @property
     def ready(self) -> bool:
-        return (self.shared.synced and self.kubefed.synced and self.karmada.synced
-                and self.taint_policies.synced and self.rebalancers.synced)
+        """Every replica serves the cluster proxy and the tunnel once the shared informers
+        synced; the leader also waits for its controllers."""
+        return self.shared.synced and (not self.leading or self.controllers_synced)
+
+    def leader_line(self) -> str:
+        if self.elector is None:
+            return "leader: this replica (leader election off)"
+        me = self.elector.config.identity
+        if self.elector.is_leader:
+            return f"leader: {me} (this replica)"
+        return f"leader: {self.elector.leader or 'none'} (this replica {me} follows)"
+
+    def _health_body(self, first: str) -> bytes:
+        if self.elector is None:
+            return first.encode()
+        return f"{first}{self.leader_line()}\n".encode()
 
     async def handle(self, request: Request) -> Response:
         if request.method != "GET":
             return Response(405, b"method not allowed\n", content_type="text/plain")
         if request.path == "/healthz":
-            return Response(200, b"ok\n", content_type="text/plain")
+            return Response(200, self._health_body("ok\n"), content_type="text/plain")
         if request.path == "/readyz":
             if self.ready:
-                return Response(200, b"ok\n", content_type="text/plain")
-            return Response(503, b"informers not synced\n", content_type="text/plain")
+                return Response(200, self._health_body("ok\n"), content_type="text/plain")
+            return Response(503, self._health_body("informers not synced\n"),
+                            content_type="text/plain")
         if request.path == "/metrics":
             return Response(200, self.metrics.render().encode(),
                             content_type="text/plain; version=0.0.4")
         if request.path == "/":
-            body = json.dumps({"ready": self.ready, "paths": ["/healthz", "/readyz", "/metrics"]})
+            about: dict[str, object] = {"ready": self.ready,
+                                        "paths": ["/healthz", "/readyz", "/metrics"]}
+            if self.elector is not None:
+                about.update(leading=self.elector.is_leader, leader=self.elector.leader,
+                             identity=self.elector.config.identity)
+            body = json.dumps(about)
             return Response(200, body.encode())
         return Response(404, b"not found\n", content_type="text/plain")
 
@@ -125,25 +165,39 @@ class Hub:
             self.servers.append(server)
         return [s.port for s in self.servers]
 
+    async def run_controllers(self) -> None:
+        """Everything that writes on the hub's or the members' behalf: on the leader only."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.health.run())
+            group.create_task(self.kubefed.run())
+            group.create_task(self.karmada.run())
+            group.create_task(self.taint_policies.run())
+            group.create_task(self.rebalancers.run())
+            group.create_task(self.executor.run())
+            group.create_task(self.registrations.run())
+            group.create_task(self.mirror.run())
+            group.create_task(self.kubefed_clusters.run())
+            if self.mcs is not None:
+                group.create_task(self.mcs.run())
+            group.create_task(self.kubefed_dns.run())
+
     async def run(self) -> None:
+        """Until cancelled; raises `LeadershipLost` when this replica led and could not renew
+        (its controllers have stopped: the caller exits, as kube-controller-manager does)."""
         try:
             async with asyncio.TaskGroup() as group:
+                # every replica: the shared informers feed the cluster proxy, and the tunnel
+                # server takes agents (their handlers only enqueue for the controllers)
                 group.create_task(self.shared.run())
-                group.create_task(self.health.run())
-                group.create_task(self.kubefed.run())
-                group.create_task(self.karmada.run())
-                group.create_task(self.taint_policies.run())
-                group.create_task(self.rebalancers.run())
-                group.create_task(self.executor.run())
-                group.create_task(self.registrations.run())
-                group.create_task(self.mirror.run())
-                group.create_task(self.kubefed_clusters.run())
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())
-                if self.mcs is not None:
-                    group.create_task(self.mcs.run())
-                group.create_task(self.kubefed_dns.run())
+                if self.elector is None:
+                    group.create_task(self.run_controllers())
+                else:
+                    group.create_task(self.elector.run(self.run_controllers))
+        except* LeadershipLost as lost:
+            raise lost.exceptions[0] from None
         finally:
             for server in self.servers:
                 await server.close(grace_s=1.0)
@@ -167,8 +221,17 @@ async def serve(config: HubConfig, *, announce: Callable[[str], None] = print) -
                 cluster_source=lambda name: hub.shared.clusters.get(None, name),
             )
             announce(f"cluster proxy on {proxy.url}/apis/cluster.tether.io/v1alpha1/clusters/NAME/proxy")
+        if hub.elector is not None:
+            c = hub.elector.config
+            announce(f"leader election: {c.identity} campaigning for Lease {c.namespace}/{c.name}; "
+                     "the controllers run only while it leads")
         try:
             await run_until_signal(hub.run(), shutdown_s=config.shutdown_s)
+        except LeadershipLost as lost:
+            # as kube-controller-manager: exit, and let the supervisor start a fresh candidate
+            log.error("leader election lost: %s; exiting", lost)
+            announce(f"leader election lost: {lost}; exiting")
+            return 1
         finally:
             if proxy is not None:
                 await proxy.aclose()

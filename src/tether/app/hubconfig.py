@@ -34,3 +34,22 @@ class HubConfig:
     # status or annotation
     template_status: str = "auto"
     clusterset: str | None = None  # run the MCS controller for this clusterset; None: not run
+    # None: every controller runs here (one replica); set: they run only while this replica
+    # holds the Lease (`--leader-elect`)
+    leader_election: LeaderElection | None = None
+    # the tunnel's servercount: agents keep dialling until they hold a stream to this many
+    # distinct hub replicas (ANP's HA model)
+    tunnel_server_count: int = 1
+    tunnel_server_id: str = ""  # [default: the leader election identity, else a uuid]
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """`--leader-elect*` (kube-controller-manager's flags and defaults)."""
+
+    identity: str
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    resource_name: str = "tether-hub"
+    resource_namespace: str = "tether-system"

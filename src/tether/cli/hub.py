@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -25,6 +25,9 @@ from tether.cli.options import (
 )
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
+
+if TYPE_CHECKING:
+    from tether.app.hubconfig import LeaderElection
 
 app = typer.Typer(help="The federation hub: CRDs, namespace and controllers in a host cluster.",
                   no_args_is_help=True)
@@ -42,6 +45,42 @@ def port_in_use(exc: OSError, ports: dict[str, int | None]) -> str | None:
     fix = (f"pass {flag} 0 to pick a free one, or another port with {flag}" if flag
            else "pass 0 for the port flags to pick free ones")
     return f"{what} on 127.0.0.1 is already in use (another `tether hub run`?): {fix}"
+
+
+def leader_election(lease_duration: str, renew_deadline: str, retry_period: str, name: str,
+                    namespace: str) -> LeaderElection:
+    """The `--leader-elect-*` flags, checked as client-go checks them; the identity is the pod
+    name (or host name) and a uuid, as kube-controller-manager's, so a restarted replica is a
+    new candidate."""
+    import socket
+    import uuid
+
+    from tether.app.hubconfig import LeaderElection
+    from tether.connect.durations import DurationError, parse_duration
+    from tether.kube.leaderelection import ElectionConfig, ElectionConfigError
+
+    seconds: dict[str, float] = {}
+    for flag, text in (("--leader-elect-lease-duration", lease_duration),
+                       ("--leader-elect-renew-deadline", renew_deadline),
+                       ("--leader-elect-retry-period", retry_period)):
+        try:
+            seconds[flag] = float(text) if re.fullmatch(r"\d+(\.\d*)?", text) else parse_duration(text)
+        except DurationError as exc:
+            raise typer.BadParameter(str(exc), param_hint=flag) from None
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
+    election = LeaderElection(identity=identity,
+                              lease_duration_s=seconds["--leader-elect-lease-duration"],
+                              renew_deadline_s=seconds["--leader-elect-renew-deadline"],
+                              retry_period_s=seconds["--leader-elect-retry-period"],
+                              resource_name=name, resource_namespace=namespace)
+    try:
+        ElectionConfig(identity=identity, name=name, namespace=namespace,
+                       lease_duration_s=election.lease_duration_s,
+                       renew_deadline_s=election.renew_deadline_s,
+                       retry_period_s=election.retry_period_s).check()
+    except ElectionConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--leader-elect-*") from None
+    return election
 
 
 @app.command()
@@ -122,6 +161,26 @@ def run(
     clusterset: Annotated[str | None, typer.Option(
         "--clusterset", help="Run the MCS API (ServiceExport/ServiceImport) across the Ready members as this "
         "clusterset: installs the MCS CRDs and ClusterProperties in each member")] = None,
+    leader_elect: Annotated[bool, typer.Option(
+        "--leader-elect", help="Run several replicas: they elect a leader with a coordination.k8s.io/v1 "
+        "Lease and only the leader runs the controllers (the cluster proxy, tunnel server and "
+        "health endpoints serve on every replica); see docs/hub-ha.md")] = False,
+    lease_duration: Annotated[str, typer.Option(
+        "--leader-elect-lease-duration", help="How long followers wait, after the last change "
+        "they saw, before taking an unrenewed Lease (Go duration or seconds)")] = "15s",
+    renew_deadline: Annotated[str, typer.Option(
+        "--leader-elect-renew-deadline", help="How long the leader keeps retrying a renewal "
+        "before it stops leading and exits (less than the lease duration)")] = "10s",
+    retry_period: Annotated[str, typer.Option(
+        "--leader-elect-retry-period", help="Time between attempts to acquire or renew")] = "2s",
+    lease_name: Annotated[str, typer.Option(
+        "--leader-elect-resource-name", help="The Lease's name")] = "tether-hub",
+    lease_namespace: Annotated[str, typer.Option(
+        "--leader-elect-resource-namespace", "--leader-elect-namespace",
+        help="The Lease's namespace")] = "tether-system",
+    tunnel_server_count: Annotated[int, typer.Option(
+        "--tunnel-server-count", min=1, help="Hub replicas behind the tunnel address: agents "
+        "connect until they hold a stream to this many (ANP's --server-count)")] = 1,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
     template_status: Annotated[str, typer.Option(
         "--template-status", metavar="auto|status|annotation",
@@ -153,6 +212,9 @@ def run(
         raise typer.BadParameter(f"{template_status!r} is not one of {', '.join(MODES)}",
                                  param_hint="--template-status")
 
+    election = (leader_election(lease_duration, renew_deadline, retry_period, lease_name,
+                                lease_namespace) if leader_elect else None)
+
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import faulthandler
@@ -174,7 +236,8 @@ def run(
                                failover=FailoverSettings(
                                    enabled=failover, purge_mode=purge_mode(eviction_purge_mode),
                                    graceful_timeout_s=graceful_eviction_timeout),
-                               clusterset=clusterset)
+                               clusterset=clusterset, leader_election=election,
+                               tunnel_server_count=tunnel_server_count)
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}
     try:

@@ -1,0 +1,204 @@
+"""Hub high availability (issue 17, item 3): `tether hub run --leader-elect` replicas against one
+API-only hub. Exactly one leads (the Lease, `/readyz` and `tether_leader_is_leader` agree); a
+leader killed with SIGKILL is replaced once its Lease expires, a leader stopped with SIGTERM
+releases the Lease and hands over at once; propagation goes on across both and nothing on the
+members is created twice (their objects keep their uids).
+
+The takeover times are printed (`-s`) and recorded in docs/benchmarks.md; they never decide the
+test (generous deadlines only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_util import Collected, manifest, poll, root_conftest, unique
+
+pytestmark = pytest.mark.e2e
+
+WAIT_S = 120.0
+LEASE_S, RENEW_S, RETRY_S = 6, 4, 1
+LEASE = ("tether-system", "tether-hub")
+
+
+def _tether(*args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+class Replica:
+    """One `tether hub run --leader-elect` process."""
+
+    def __init__(self, clusters: Any, data_dir: Path, name: str) -> None:
+        self.name = name
+        self.log = data_dir / f"{name}.log"
+        env = dict(os.environ, PYTHONUNBUFFERED="1", POD_NAME=name)
+        self.proc = Collected(
+            [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", str(clusters.kubeconfig),
+             "--context", "hub", "--port", "0", "--health-period", "0.5", "--health-threshold", "1",
+             "--data-dir", str(data_dir / name), "--leader-elect",
+             "--leader-elect-lease-duration", f"{LEASE_S}s",
+             "--leader-elect-renew-deadline", f"{RENEW_S}s",
+             "--leader-elect-retry-period", f"{RETRY_S}s", "--verbose"], env=env, merge_stderr=True)
+        line = self.proc.wait_for_line(lambda x: "serving /healthz" in x, timeout=60)
+        self.url = line.rsplit(" ", 1)[-1]
+        campaign = self.proc.wait_for_line(lambda x: "campaigning for Lease" in x, timeout=10)
+        self.identity = campaign.split("leader election: ", 1)[1].split(" ", 1)[0]
+        assert self.identity.startswith(f"{name}_")
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def leads(self) -> bool:
+        status, body = self.get("/readyz")
+        return status == 200 and f"leader: {self.identity} (this replica)" in body
+
+    def follows(self, leader: str) -> bool:
+        status, body = self.get("/readyz")
+        return status == 200 and f"leader: {leader} (this replica {self.identity} follows)" in body
+
+    def is_leader_metric(self) -> float:
+        _, body = self.get("/metrics")
+        line = next(x for x in body.splitlines() if x.startswith("tether_leader_is_leader "))
+        return float(line.split()[1])
+
+    def stop(self) -> None:
+        self.proc.stop()
+        self.log.write_text("\n".join(self.proc.snapshot()))
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    data_dir = tmp_path_factory.mktemp("hub-ha")
+    clusters = root_conftest().start_clusters(data_dir, ["member1", "member2"],
+                                              tmp_path_factory.mktemp("hub-ha-cache"), hubs=("hub",))
+    try:
+        kubeconfig = str(clusters.kubeconfig)
+        _tether("hub", "install", "--kubeconfig", kubeconfig, "--context", "hub")
+        for member in ("member1", "member2"):
+            _tether("join", member, "--cluster-context", member, "--host-kubeconfig", kubeconfig,
+                    "--host-context", "hub")
+        yield clusters, data_dir
+    finally:
+        subprocess.run([sys.executable, "-m", "tether", "local", "down", "--data-dir", str(data_dir)],
+                       capture_output=True, timeout=120)
+
+
+def lease(clusters: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = clusters.kubectl_json("-n", LEASE[0], "get", "lease", LEASE[1],
+                                                 context="hub")["spec"]
+    return spec
+
+
+def propagated(name: str, namespace: str, replicas: int) -> list[dict[str, Any]]:
+    labels = {"app": name}
+    return [{"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": name, "namespace": namespace, "labels": labels},
+             "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                      "template": {"metadata": {"labels": labels},
+                                   "spec": {"containers": [{"name": "web", "image": "nginx:1.17"}]}}}},
+            {"apiVersion": "policy.karmada.io/v1alpha1", "kind": "PropagationPolicy",
+             "metadata": {"name": name, "namespace": namespace},
+             "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": name}],
+                      "placement": {"clusterAffinity": {"clusterNames": ["member1", "member2"]}}}}]
+
+
+def member_uids(clusters: Any, namespace: str, name: str, replicas: int) -> dict[str, str] | None:
+    """The member copies' uids once each member has `replicas` in its spec."""
+    uids = {}
+    for member in ("member1", "member2"):
+        got = clusters.kubectl("-n", namespace, "get", "deployment", "-o", "json", context=member,
+                               check=False)
+        if got.returncode != 0:
+            return None
+        items = [d for d in json.loads(got.stdout)["items"] if d["metadata"]["name"] == name]
+        if len(items) != 1 or items[0]["spec"]["replicas"] != replicas:
+            return None
+        uids[member] = items[0]["metadata"]["uid"]
+    return uids
+
+
+def takeover(replica: Replica) -> float:
+    start = time.monotonic()
+    poll(replica.leads, timeout=WAIT_S, interval=0.1, what=f"{replica.name} leading")
+    return time.monotonic() - start
+
+
+def test_one_leader_failover_and_handover(federation: tuple[Any, Path]) -> None:
+    clusters, data_dir = federation
+    namespace = unique("ha")
+    clusters.kubectl("create", "namespace", namespace, context="hub")
+    a = Replica(clusters, data_dir, "hub-a")
+    replicas: list[Replica] = [a]
+    try:
+        poll(a.leads, timeout=WAIT_S, interval=0.2, what="hub-a leading")
+        b = Replica(clusters, data_dir, "hub-b")
+        replicas.append(b)
+        poll(lambda: b.follows(a.identity), timeout=WAIT_S, interval=0.2, what="hub-b following")
+        held = lease(clusters)
+        assert held["holderIdentity"] == a.identity and held["leaseDurationSeconds"] == LEASE_S
+        assert (a.is_leader_metric(), b.is_leader_metric()) == (1.0, 0.0)
+        first_transitions = int(held.get("leaseTransitions", 0))
+
+        # propagation through the leader
+        clusters.kubectl("apply", "-f", "-", context="hub", input=manifest(*propagated("web", namespace, 2)))
+        before = poll(lambda: member_uids(clusters, namespace, "web", 2), timeout=WAIT_S,
+                      interval=0.5, what="web on both members")
+
+        # SIGKILL: no release; hub-b waits out the Lease
+        a.proc.proc.send_signal(signal.SIGKILL)
+        a.proc.proc.wait(timeout=30)
+        killed = takeover(b)
+        print(f"\ntakeover after SIGKILL: {killed:.1f}s (lease {LEASE_S}s, retry {RETRY_S}s)")
+        held = lease(clusters)
+        assert held["holderIdentity"] == b.identity
+        assert int(held["leaseTransitions"]) == first_transitions + 1
+        assert b.is_leader_metric() == 1.0
+
+        # hub-b's controllers carry on: an update and a new object propagate, and the copies
+        # hub-a made are updated in place, not made again
+        clusters.kubectl("apply", "-f", "-", context="hub",
+                         input=manifest(*propagated("web", namespace, 3), *propagated("api", namespace, 1)))
+        after = poll(lambda: member_uids(clusters, namespace, "web", 3), timeout=WAIT_S,
+                     interval=0.5, what="web scaled on both members")
+        assert after == before
+        poll(lambda: member_uids(clusters, namespace, "api", 1), timeout=WAIT_S, interval=0.5,
+             what="api on both members")
+
+        # SIGTERM: hub-b releases the Lease as it stops; hub-c takes it at its next retry
+        c = Replica(clusters, data_dir, "hub-c")
+        replicas.append(c)
+        poll(lambda: c.follows(b.identity), timeout=WAIT_S, interval=0.2, what="hub-c following")
+        b.proc.proc.send_signal(signal.SIGTERM)
+        handed = takeover(c)
+        assert b.proc.proc.wait(timeout=30) == 0
+        print(f"takeover after SIGTERM: {handed:.1f}s (released Lease)")
+        assert any("released Lease" in line for line in b.proc.snapshot()), b.proc.snapshot()[-20:]
+        held = lease(clusters)
+        assert held["holderIdentity"] == c.identity
+        assert int(held["leaseTransitions"]) == first_transitions + 2
+
+        clusters.kubectl("-n", namespace, "scale", "deployment", "api", "--replicas=2", context="hub")
+        poll(lambda: member_uids(clusters, namespace, "api", 2), timeout=WAIT_S, interval=0.5,
+             what="api scaled by hub-c")
+        assert member_uids(clusters, namespace, "web", 3) == before
+    finally:
+        for replica in replicas:
+            replica.stop()
