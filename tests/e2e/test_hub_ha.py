@@ -51,7 +51,11 @@ class Replica:
              "--data-dir", str(data_dir / name), "--leader-elect",
              "--leader-elect-lease-duration", f"{LEASE_S}s",
              "--leader-elect-renew-deadline", f"{RENEW_S}s",
-             "--leader-elect-retry-period", f"{RETRY_S}s", "--verbose"], env=env, merge_stderr=True)
+             "--leader-elect-retry-period", f"{RETRY_S}s", "--tunnel-agent-port", "0",
+             "--tunnel-frontend-port", "0", "--tunnel-server-count", "3",
+             "--tunnel-certs", str(data_dir / "tunnel-certs"), "--verbose"],
+            env=env, merge_stderr=True)
+        self.proc.wait_for_line(lambda x: "tunnel server: agents at" in x, timeout=60)
         line = self.proc.wait_for_line(lambda x: "serving /healthz" in x, timeout=60)
         self.url = line.rsplit(" ", 1)[-1]
         campaign = self.proc.wait_for_line(lambda x: "campaigning for Lease" in x, timeout=10)
@@ -94,6 +98,8 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, 
         for member in ("member1", "member2"):
             _tether("join", member, "--cluster-context", member, "--host-kubeconfig", kubeconfig,
                     "--host-context", "hub")
+        # every replica serves agents with the same certificates (in a cluster: one Secret)
+        _tether("certs", "--out", str(data_dir / "tunnel-certs"), "--server-ip", "127.0.0.1")
         yield clusters, data_dir
     finally:
         subprocess.run([sys.executable, "-m", "tether", "local", "down", "--data-dir", str(data_dir)],
@@ -155,6 +161,10 @@ def test_one_leader_failover_and_handover(federation: tuple[Any, Path]) -> None:
         held = lease(clusters)
         assert held["holderIdentity"] == a.identity and held["leaseDurationSeconds"] == LEASE_S
         assert (a.is_leader_metric(), b.is_leader_metric()) == (1.0, 0.0)
+        # the replicas share one proxy-token key, made by the first
+        key = clusters.kubectl_json("-n", "tether-system", "get", "secret", "tether-hub-tunnel-key",
+                                    context="hub")
+        assert len(key["data"]["proxy-token.key"]) >= 44
         first_transitions = int(held.get("leaseTransitions", 0))
 
         # propagation through the leader
