@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_util import Collected, manifest, poll, root_conftest, unique
+import yaml
+from e2e_util import Collected, kubectl_binary, manifest, poll, root_conftest, unique
 
 pytestmark = pytest.mark.e2e
 
@@ -52,10 +53,12 @@ class Replica:
              "--leader-elect-lease-duration", f"{LEASE_S}s",
              "--leader-elect-renew-deadline", f"{RENEW_S}s",
              "--leader-elect-retry-period", f"{RETRY_S}s", "--tunnel-agent-port", "0",
-             "--tunnel-frontend-port", "0", "--tunnel-server-count", "3",
+             "--tunnel-frontend-port", "0", "--tunnel-server-count", "3", "--proxy-port", "0",
              "--tunnel-certs", str(data_dir / "tunnel-certs"), "--verbose"],
             env=env, merge_stderr=True)
         self.proc.wait_for_line(lambda x: "tunnel server: agents at" in x, timeout=60)
+        proxy = self.proc.wait_for_line(lambda x: x.startswith("cluster proxy on "), timeout=60)
+        self.proxy_url = proxy.split()[3].split("/apis/", 1)[0]
         line = self.proc.wait_for_line(lambda x: "serving /healthz" in x, timeout=60)
         self.url = line.rsplit(" ", 1)[-1]
         campaign = self.proc.wait_for_line(lambda x: "campaigning for Lease" in x, timeout=10)
@@ -141,8 +144,24 @@ def member_uids(clusters: Any, namespace: str, name: str, replicas: int) -> dict
     return uids
 
 
-def takeover(replica: Replica) -> float:
-    start = time.monotonic()
+def through_proxy(clusters: Any, data_dir: Path, replica: Replica) -> str:
+    """member1's namespaces through this replica's cluster proxy (`tether kubeconfig`'s
+    credentials, pointed at this replica)."""
+    out = data_dir / f"member1-via-{replica.name}.yaml"
+    _tether("kubeconfig", "member1", "--host-kubeconfig", str(clusters.kubeconfig),
+            "--host-context", "hub", "--out", str(out))
+    doc = yaml.safe_load(out.read_text())
+    for entry in doc["clusters"]:
+        server = entry["cluster"]["server"]
+        entry["cluster"]["server"] = replica.proxy_url + server[server.index("/apis/"):]
+    out.write_text(yaml.safe_dump(doc))
+    got = subprocess.run([kubectl_binary(), "--kubeconfig", str(out), "get", "namespaces", "-o",
+                          "name"], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    return got.stdout
+
+
+def takeover(replica: Replica, start: float) -> float:
     poll(replica.leads, timeout=WAIT_S, interval=0.1, what=f"{replica.name} leading")
     return time.monotonic() - start
 
@@ -165,6 +184,9 @@ def test_one_leader_failover_and_handover(federation: tuple[Any, Path]) -> None:
         key = clusters.kubectl_json("-n", "tether-system", "get", "secret", "tether-hub-tunnel-key",
                                     context="hub")
         assert len(key["data"]["proxy-token.key"]) >= 44
+        # the cluster proxy serves on the follower as on the leader
+        for replica in (a, b):
+            assert "namespace/tether-system" in through_proxy(clusters, data_dir, replica)
         first_transitions = int(held.get("leaseTransitions", 0))
 
         # propagation through the leader
@@ -174,8 +196,10 @@ def test_one_leader_failover_and_handover(federation: tuple[Any, Path]) -> None:
 
         # SIGKILL: no release; hub-b waits out the Lease
         a.proc.proc.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
         a.proc.proc.wait(timeout=30)
-        killed = takeover(b)
+        assert "namespace/tether-system" in through_proxy(clusters, data_dir, b)  # before it leads
+        killed = takeover(b, killed_at)
         print(f"\ntakeover after SIGKILL: {killed:.1f}s (lease {LEASE_S}s, retry {RETRY_S}s)")
         held = lease(clusters)
         assert held["holderIdentity"] == b.identity
@@ -197,7 +221,7 @@ def test_one_leader_failover_and_handover(federation: tuple[Any, Path]) -> None:
         replicas.append(c)
         poll(lambda: c.follows(b.identity), timeout=WAIT_S, interval=0.2, what="hub-c following")
         b.proc.proc.send_signal(signal.SIGTERM)
-        handed = takeover(c)
+        handed = takeover(c, time.monotonic())
         assert b.proc.proc.wait(timeout=30) == 0
         print(f"takeover after SIGTERM: {handed:.1f}s (released Lease)")
         assert any("released Lease" in line for line in b.proc.snapshot()), b.proc.snapshot()[-20:]
