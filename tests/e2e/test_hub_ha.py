@@ -236,3 +236,24 @@ def test_one_leader_failover_and_handover(federation: tuple[Any, Path]) -> None:
     finally:
         for replica in replicas:
             replica.stop()
+
+
+def test_a_leader_that_loses_its_lease_stops_and_exits(federation: tuple[Any, Path]) -> None:
+    """Another holder in the Lease (as after a partition the leader did not notice in time):
+    the leader stops its controllers and exits 1, as kube-controller-manager does, so that its
+    supervisor starts a fresh candidate."""
+    clusters, data_dir = federation
+    a = Replica(clusters, data_dir, "hub-lost")
+    try:
+        poll(a.leads, timeout=WAIT_S, interval=0.2, what="hub-lost leading")
+        spec = json.dumps({"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 3600}})
+        clusters.kubectl("-n", LEASE[0], "patch", "lease", LEASE[1], "--type=merge", "-p", spec,
+                         context="hub")
+        assert a.proc.proc.wait(timeout=WAIT_S) == 1
+        out = "\n".join(a.proc.snapshot())
+        assert "leader election lost: Lease tether-system/tether-hub is now held by intruder" in out
+        assert lease(clusters)["holderIdentity"] == "intruder"  # not released: it is not ours
+    finally:
+        a.stop()
+        clusters.kubectl("-n", LEASE[0], "delete", "lease", LEASE[1], "--ignore-not-found",
+                         context="hub")
