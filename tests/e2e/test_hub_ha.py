@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,8 @@ from typing import Any
 import pytest
 import yaml
 from e2e_util import Collected, kubectl_binary, manifest, poll, root_conftest, unique
+
+from tether.objects.podfiles import SERVICE_ACCOUNT_DIR, mount_env_name
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +42,34 @@ def _tether(*args: str) -> str:
     return result.stdout
 
 
+def pod_environment(clusters: Any, data_dir: Path) -> dict[str, str]:
+    """What a kubelet gives a pod: the API's address and the ServiceAccount directory (here the
+    hub admin's token, put where a rootless kubelet says it put the volume)."""
+    pki = clusters.data_dir / "clusters" / "hub" / "pki"
+    account = data_dir / "serviceaccount"
+    account.mkdir(exist_ok=True)
+    (account / "token").write_text((pki / "admin.token").read_text())
+    (account / "ca.crt").write_bytes((pki / "ca.crt").read_bytes())
+    (account / "namespace").write_text("tether-system")
+    server = urllib.parse.urlsplit(clusters.servers["hub"])
+    return {"KUBERNETES_SERVICE_HOST": str(server.hostname),
+            "KUBERNETES_SERVICE_PORT": str(server.port),
+            mount_env_name(SERVICE_ACCOUNT_DIR): str(account)}
+
+
 class Replica:
     """One `tether hub run --leader-elect` process."""
 
-    def __init__(self, clusters: Any, data_dir: Path, name: str) -> None:
+    def __init__(self, clusters: Any, data_dir: Path, name: str, *, in_pod: bool = False) -> None:
         self.name = name
         self.log = data_dir / f"{name}.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1", POD_NAME=name)
+        where = ["--kubeconfig", str(clusters.kubeconfig), "--context", "hub"]
+        if in_pod:  # as in the hub Deployment: the pod's ServiceAccount files, a pod address
+            env.update(pod_environment(clusters, data_dir))
+            where = ["--in-cluster", "--bind-address", "127.0.0.2"]
         self.proc = Collected(
-            [sys.executable, "-m", "tether", "hub", "run", "--kubeconfig", str(clusters.kubeconfig),
-             "--context", "hub", "--port", "0", "--health-period", "0.5", "--health-threshold", "1",
+            [sys.executable, "-m", "tether", "hub", "run", *where, "--port", "0", "--health-period", "0.5", "--health-threshold", "1",
              "--data-dir", str(data_dir / name), "--leader-elect",
              "--leader-elect-lease-duration", f"{LEASE_S}s",
              "--leader-elect-renew-deadline", f"{RENEW_S}s",
@@ -217,7 +238,8 @@ def test_one_leader_failover_and_handover(federation: tuple[Any, Path]) -> None:
              what="api on both members")
 
         # SIGTERM: hub-b releases the Lease as it stops; hub-c takes it at its next retry
-        c = Replica(clusters, data_dir, "hub-c")
+        c = Replica(clusters, data_dir, "hub-c", in_pod=True)
+        assert c.url.startswith("http://127.0.0.2:")
         replicas.append(c)
         poll(lambda: c.follows(b.identity), timeout=WAIT_S, interval=0.2, what="hub-c following")
         b.proc.proc.send_signal(signal.SIGTERM)

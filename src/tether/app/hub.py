@@ -48,7 +48,7 @@ from tether.federation.propagation import (
 )
 from tether.federation.registrations import RegistrationController
 from tether.federation.template_status import TemplateStatusTarget
-from tether.kube import KubeClient
+from tether.kube import KubeClient, in_cluster, load_kubeconfig
 from tether.kube.leaderelection import ElectionConfig
 from tether.kube.leaderelector import LeaderElector, LeadershipLost
 from tether.net.httpserver import HttpServer, Request, Response
@@ -159,7 +159,7 @@ class Hub:
         if self.config.health_port is not None:
             ports.append(self.config.health_port)
         for port in ports:
-            server = HttpServer(self.handle, host="127.0.0.1", port=port,
+            server = HttpServer(self.handle, host=self.config.bind_address, port=port,
                                 server_header="tether-hub")
             await server.start()
             self.servers.append(server)
@@ -205,19 +205,24 @@ class Hub:
 
 async def serve(config: HubConfig, *, announce: Callable[[str], None] = print) -> int:
     """Run the hub until SIGTERM/SIGINT (or cancellation); shutdown bounded by `shutdown_s`."""
-    async with KubeClient.from_kubeconfig(config.kubeconfig, config.context) as host:
+    credentials = in_cluster() if config.in_cluster else load_kubeconfig(config.kubeconfig,
+                                                                         config.context)
+    async with KubeClient(credentials) as host:
         hub = Hub(host, config)
         ports = await hub.start_servers()
+        # a wildcard bind is announced as loopback, where this machine reaches it
+        shown = (config.bind_address if config.bind_address not in ("", "0.0.0.0", "::")
+                 else "127.0.0.1")
         if hub.tunnel is not None:
             announce(await hub.tunnel.start())
         announce(f"hub running against {host.server}; serving /healthz /readyz /metrics on "
-                 + ", ".join(f"http://127.0.0.1:{p}" for p in ports))
+                 + ", ".join(f"http://{shown}:{p}" for p in ports))
         proxy = None
         if config.proxy_port is not None:
             proxy = await proxy_app.open_proxy(
                 host,
                 proxy_app.ProxyConfig(kubeconfig=config.kubeconfig, context=config.context,
-                                      port=config.proxy_port),
+                                      bind_address=config.bind_address, port=config.proxy_port),
                 cluster_source=lambda name: hub.shared.clusters.get(None, name),
             )
             announce(f"cluster proxy on {proxy.url}/apis/cluster.tether.io/v1alpha1/clusters/NAME/proxy")

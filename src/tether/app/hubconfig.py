@@ -15,6 +15,8 @@ SHUTDOWN_S = 5.0
 class HubConfig:
     kubeconfig: Path | None = None
     context: str | None = None
+    in_cluster: bool = False  # the pod's ServiceAccount instead of a kubeconfig
+    bind_address: str = "127.0.0.1"  # health/metrics and cluster proxy listeners
     port: int = 8443
     health_port: int | None = None
     health: HealthTimers = field(default_factory=HealthTimers)

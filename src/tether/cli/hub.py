@@ -116,7 +116,13 @@ def run(
     kubeconfig: HubKubeconfig = None,
     context_alias: HubContextAlias = None,
     kubeconfig_alias: HubKubeconfigAlias = None,
-    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 for /healthz, /readyz, /metrics "
+    in_cluster: Annotated[bool, typer.Option(
+        "--in-cluster", help="Reach the hub cluster with the pod's ServiceAccount (the hub as a "
+        "Deployment) instead of a kubeconfig")] = False,
+    bind_address: Annotated[str, typer.Option(
+        "--bind-address", help="Address the health/metrics and cluster proxy ports listen on "
+        "(0.0.0.0 in a pod, for probes and the Service)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port for /healthz, /readyz, /metrics "
                                       "(0 picks a free one)")] = 8443,
     health_port: Annotated[int | None, typer.Option("--health-port", help="Extra port serving the same "
                                                     "endpoints, e.g. for probes")] = None,
@@ -197,6 +203,9 @@ def run(
 
     context = pick(context, context_alias, "--context")
     kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
+    if in_cluster and (context or kubeconfig):
+        raise typer.BadParameter("use either --in-cluster or a kubeconfig/context, not both",
+                                 param_hint="--in-cluster")
     try:
         parse_patterns(allowed_destinations or ())
     except DestinationError as exc:
@@ -224,7 +233,13 @@ def run(
     timers = HealthTimers(period_s=health_period, failure_threshold_s=health_threshold,
                           success_threshold_s=health_threshold, grace_period_s=health_grace,
                           startup_grace_period_s=max(health_grace, 60.0 * health_grace / 40.0))
-    config = HubConfig(kubeconfig=kubeconfig, context=context, port=port,
+    if tunnel_certs is not None:
+        from tether.objects.podfiles import mounted_path
+
+        # a Secret volume: where the pod's kubelet really put it, when it says (local clusters)
+        tunnel_certs = mounted_path(str(tunnel_certs))
+    config = HubConfig(kubeconfig=kubeconfig, context=context, in_cluster=in_cluster,
+                               bind_address=bind_address, port=port,
                                health_port=health_port, health=timers, resync_s=resync,
                                proxy_port=proxy_port,
                                tunnel_agent_port=tunnel_agent_port,
