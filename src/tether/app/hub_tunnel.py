@@ -38,6 +38,7 @@ import os
 import secrets
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -141,6 +142,28 @@ def uses_listener(cluster: Mapping[str, Any], port: int) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class AgentCerts:
+    """The agent port's serving certificate and key, and the CA agents check it with."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def agent_certs(directory: Path) -> AgentCerts:
+    """A `tether certs` output directory (`agent/issued/...`), or the same three files side by
+    side, as a Secret mounted in a pod has them (`ca.crt`, `proxy-frontend.crt`,
+    `proxy-frontend.key`)."""
+    flat = AgentCerts(directory / "proxy-frontend.crt", directory / "proxy-frontend.key",
+                      directory / "ca.crt")
+    if flat.cert.exists() and not (directory / "agent").exists():
+        return flat
+    agent = directory / "agent"
+    return AgentCerts(agent / "issued" / "proxy-frontend.crt",
+                      agent / "private" / "proxy-frontend.key", agent / "issued" / "ca.crt")
+
+
 def _split(advertise: str, default_port: int) -> tuple[str, int]:
     host, sep, port = advertise.rpartition(":")
     if not sep or not port.isdigit():
@@ -233,8 +256,7 @@ class HubTunnel:
         c = self.config
         assert c.tunnel_agent_port is not None
         host, _ = _split(c.tunnel_advertise or "127.0.0.1", c.tunnel_agent_port)
-        certs = self._certs(host)
-        agent_dir = certs / "agent"
+        certs = agent_certs(self._certs(host))
         base = (self.config.data_dir or daemon.state_home() / "hub")
         if c.tunnel_server_count > 1 or c.leader_election is not None:
             self._key = await load_or_create_shared_key(self.host)
@@ -248,8 +270,7 @@ class HubTunnel:
             agent_bind_address=c.tunnel_bind_address, agent_port=c.tunnel_agent_port,
             health_port=-1, admin_port=-1,
             plain_connect_port=c.tunnel_frontend_port, plain_connect_bind_address="127.0.0.1",
-            agent_tls=ServerTLS(str(agent_dir / "issued" / "proxy-frontend.crt"),
-                                str(agent_dir / "private" / "proxy-frontend.key")),
+            agent_tls=ServerTLS(str(certs.cert), str(certs.key)),
             proxy_strategies=("destHost",), agent_identity_binding="auto",
             agent_tokens=self._tokens, connect_policy=self.policy)
         if identity:
@@ -273,7 +294,7 @@ class HubTunnel:
         await bootstrap.publish_cluster_info(self.host, {
             bootstrap.TUNNEL_AGENT_ADDRESS_KEY: address,
             bootstrap.TUNNEL_PROXY_URL_KEY: proxy_url,
-            bootstrap.TUNNEL_CA_KEY: (agent_dir / "issued" / "ca.crt").read_text(),
+            bootstrap.TUNNEL_CA_KEY: certs.ca.read_text(),
         }, field_manager="tether-hub-tunnel")
         return (f"tunnel server: agents at {address} (port {agent_port}), hub clients via "
                 f"CONNECT {proxy_url}")

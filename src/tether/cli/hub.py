@@ -148,7 +148,9 @@ def run(
     tunnel_advertise: Annotated[str, typer.Option(
         "--tunnel-advertise-address", help="HOST[:PORT] agents dial [default: 127.0.0.1]")] = "",
     tunnel_certs: Annotated[Path | None, typer.Option(
-        "--tunnel-certs", help="A `tether certs` directory [default: generated in --data-dir]")] = None,
+        "--tunnel-certs", help="A `tether certs` directory, or a directory with its agent "
+        "ca.crt, proxy-frontend.crt and proxy-frontend.key side by side (a mounted Secret) "
+        "[default: generated in --data-dir]")] = None,
     allowed_destinations: Annotated[list[str] | None, typer.Option(
         "--allowed-destinations", help="Let the tunnel's CONNECT listener reach these too, for any "
         "caller holding a cluster's proxy token (comma-separated, repeatable: CIDR, IP, host, "
