@@ -10,7 +10,8 @@ the docs run as written"); keep the two in step. In short:
 - each command must exit 0; a command ending in `&` runs in the background (output to a log),
   and the next one starts once it has printed a line; it is stopped when its section ends;
 - `logs -f`/`--follow`/`-w`/`--watch` commands run for FOLLOW_S seconds and are then stopped;
-- lines using `--netns` run only as root (and then under the netns test lock);
+- lines using `--netns`, and blocks after `<!-- readme-test: root (why) -->`, run only as root
+  (and then under the netns test lock);
 - PLACEHOLDERS are replaced by values computed while the section runs.
 """
 
@@ -37,7 +38,7 @@ BACKGROUND_START_S = 90.0
 STOP_S = 20.0
 NETNS_LOCK = Path("/tmp/tether-netns.lock")
 
-MARKER = re.compile(r"^<!--\s*readme-test(?P<skip>:\s*skip\b)?.*-->\s*$")
+MARKER = re.compile(r"^<!--\s*readme-test(?P<skip>:\s*skip\b)?(?P<root>:\s*root\b)?.*-->\s*$")
 LOGS = re.compile(r"(^|\s)logs\s")
 FOLLOW_FLAG = re.compile(r"\s(-f|--follow)(\s|$)")
 WATCH_FLAG = re.compile(r"\s(-w|--watch)(\s|$)")
@@ -53,6 +54,7 @@ class Command:
 
     text: str
     line: int
+    root: bool = False  # in a block marked `<!-- readme-test: root (why) -->`
 
     @property
     def code(self) -> str:
@@ -70,7 +72,7 @@ class Command:
 
     @property
     def root_only(self) -> bool:
-        return ROOT_ONLY.search(self.code) is not None
+        return self.root or ROOT_ONLY.search(self.code) is not None
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,10 @@ def sections(path: Path, *, marked_only: bool) -> list[Section]:
             wanted = (marker is not None and not marker.group("skip")) if marked_only else \
                 not (marker is not None and marker.group("skip"))
             if wanted:
-                current += commands("\n".join(lines[i + 1:end]), i + 2)
+                found_commands = commands("\n".join(lines[i + 1:end]), i + 2)
+                if marker is not None and marker.group("root"):
+                    found_commands = [Command(c.text, c.line, root=True) for c in found_commands]
+                current += found_commands
             i, previous = end + 1, ""
             continue
         if line.strip():

@@ -114,3 +114,13 @@ def test_every_placeholder_is_documented() -> None:
     guide = (rr.REPO / "docs" / "contributing.md").read_text()
     for name in rr.PLACEHOLDERS:
         assert f"`{name}`" in guide
+
+
+def test_root_marked_blocks_run_only_as_root(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("## S\n\n```bash\necho plain\n```\n\n<!-- readme-test: root (netns) -->\n"
+                   "```bash\necho one\necho two\n```\n")
+    [section] = rr.sections(doc, marked_only=False)
+    assert [(c.code, c.root_only) for c in section.commands] == [
+        ("echo plain", False), ("echo one", True), ("echo two", True)]
+

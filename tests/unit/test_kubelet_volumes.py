@@ -108,6 +108,9 @@ def test_binds_put_volumes_at_their_mount_paths(tmp_path: Path) -> None:
     assert volumes.Bind(str(tmp_path / "code" / "run.py"), "/etc/run.py", True) in found
     assert volumes.Bind(str(tmp_path / "host"), "/data", False) in found
     assert volumes.mount_env(found)["TETHER_MOUNT_OPT_APP"] == str(tmp_path / "code")
+    # mounted (root): the files are at the mount path, and the source may be hidden there (a
+    # volume at /tmp over a data directory under /tmp)
+    assert volumes.mount_env(found, mounted=True)["TETHER_MOUNT_OPT_APP"] == "/opt/app"
 
 
 @pytest.mark.parametrize("sub", ["../etc", "/etc", "a/../../x"])

@@ -22,7 +22,6 @@ from pathlib import Path
 from tether import version
 from tether.app.pullagent import AgentSettings, PullAgent
 from tether.app.signals import run_until_signal
-from tether.federation.registry import controller_rules
 from tether.kube import ClusterCredentials, KubeClient
 from tether.net import daemon
 
@@ -158,45 +157,14 @@ def manifest(files: AgentFiles, *, token: str, hub_ca: bytes, tunnel_ca: bytes,
              image: str = IMAGE, namespace: str = "tether-system") -> str:
     """Namespace, ServiceAccount (+ ClusterRole/Binding: what the agent's Work executor and
     status reports need, no impersonation, no RBAC escalation), Secret and Deployment for the
-    agent."""
-    import base64
+    agent: `deploy/agent` with this registration's values."""
+    from tether.app.deploy import AgentValues, render_agent, to_yaml
 
-    import yaml
-
-    name = f"tether-agent-{files.cluster}"
-    labels = {"app.kubernetes.io/name": "tether-agent", "cluster.tether.io/agent-for": files.cluster}
     config = asdict(files)
     config.update(member_in_cluster=True, member_kubeconfig="", member_context="")
     secret_data = {"token": token, "hub-ca.crt": hub_ca.decode(),
                    "agent.json": json.dumps(config)}
     if tunnel_ca:
         secret_data["tunnel-ca.crt"] = tunnel_ca.decode()
-    docs = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": name, "namespace": namespace, "labels": labels}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": name, "labels": labels},
-         "rules": controller_rules(impersonate=False)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": name, "labels": labels},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]},
-        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-         "data": {k: base64.b64encode(v.encode()).decode() for k, v in secret_data.items()}},
-        {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                  "template": {"metadata": {"labels": labels}, "spec": {
-                      "serviceAccountName": name,
-                      "containers": [{
-                          "name": "agent", "image": image,
-                          "args": ["agent", "run", "--cluster-name", files.cluster,
-                                   "--agent-dir", "/etc/tether-agent"],
-                          "volumeMounts": [{"name": "config", "mountPath": "/etc/tether-agent",
-                                            "readOnly": True}]}],
-                      "volumes": [{"name": "config", "secret": {"secretName": name,
-                                                                "defaultMode": 0o400}}]}}}},
-    ]
-    return yaml.safe_dump_all(docs, sort_keys=False)
+    return to_yaml(render_agent(AgentValues(cluster=files.cluster, files=secret_data, image=image,
+                                            namespace=namespace)))

@@ -20,7 +20,14 @@ LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARN
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="mirror")(mirror)
+    from tether.cli.manifests import mirror_manifest
+
+    # `tether mirror -config ...` runs it, as upstream's binary; `tether mirror manifest` prints
+    # its Deployment
+    group = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+    group.callback(invoke_without_command=True)(mirror)
+    group.command("manifest")(mirror_manifest)
+    app.add_typer(group, name="mirror")
     app.command(name="policy-sets")(policy_sets)
 
 
@@ -39,6 +46,7 @@ def _exit(code: int) -> None:
 
 
 def mirror(
+    ctx: typer.Context,
     config: Annotated[Path | None, typer.Option("--config", "-config", envvar="SSM_CONFIG",
                                                 help="(required) Path to the JSON config file")] = None,
     kube_config: Annotated[str, typer.Option(
@@ -63,6 +71,8 @@ def mirror(
                                         help="HOST:PORT serving /healthz, /livez and /metrics")] = ":8080",
 ) -> None:
     """Mirror labelled Services of remote clusters into this one (semaphore-service-mirror)."""
+    if ctx.invoked_subcommand:
+        return
     from tether.app import mirror as mirror_app
     from tether.connect.mirror.config import ConfigError, Overrides, load_config
     from tether.connect.remote import RemoteError

@@ -13,10 +13,17 @@ from tether.cli.options import Context, Kubeconfig
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="dns")(dns)
+    from tether.cli.manifests import dns_manifest
+
+    # `tether dns --listen ...` serves; `tether dns manifest` prints its Deployment
+    group = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+    group.callback(invoke_without_command=True)(dns)
+    group.command("manifest")(dns_manifest)
+    app.add_typer(group, name="dns")
 
 
 def dns(
+    ctx: typer.Context,
     context: Context = None,
     kubeconfig: Kubeconfig = None,
     in_cluster: Annotated[bool, typer.Option("--in-cluster", help="Use the pod's ServiceAccount")] = False,
@@ -43,6 +50,8 @@ def dns(
 ) -> None:
     """Serve clusterset.local (MCS DNS specification), Semaphore's svc.ns.svc.cluster.<prefix> and
     cluster.global names from watches of one cluster; forward every other name upstream."""
+    if ctx.invoked_subcommand:
+        return
     from tether.app import dns as dns_app
     from tether.connect.dns.server import ServerConfig
     from tether.connect.dns.sources import SourceConfig

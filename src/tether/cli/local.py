@@ -216,6 +216,104 @@ def status(data_dir: DataDir = None) -> None:
     console.print(f"kubeconfig: {layout.kubeconfig}")
 
 
+@app.command("exec", context_settings={"allow_interspersed_args": False,
+                                       "ignore_unknown_options": True})
+def exec_in(
+    cluster: Annotated[str, typer.Argument(help="The local cluster whose network the command runs in")],
+    command: Annotated[list[str], typer.Argument(help="The command (after --) and its arguments")],
+    data_dir: DataDir = None,
+) -> None:
+    """Run a command inside a local cluster's network, with a kubeconfig for it (`--context
+    CLUSTER`, also the current context): netns mode in the cluster's node namespace, rootless
+    as it is. `tether local exec member -- kubectl get pods`."""
+    import json
+
+    import yaml
+
+    from tether.local import localexec
+
+    if command[:1] == ["--"]:  # options go before CLUSTER; everything after it is the command
+        command = command[1:]
+    layout = _layout(data_dir)
+    state = supervisor.read_state(layout)
+    running = [str(c["name"]) for c in (state or {}).get("clusters") or []]
+    try:
+        networks = {name: json.loads((layout.clusters / name / "network.json").read_text())
+                    for name in running if (layout.clusters / name / "network.json").exists()}
+        config = yaml.safe_load(layout.kubeconfig.read_text()) if layout.kubeconfig.exists() else {}
+        chosen = localexec.plan(cluster, command, running=running, networks=networks,
+                                kubeconfig=config or {})
+    except (localexec.ExecError, OSError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    if chosen.namespace and os.geteuid() != 0:
+        console.print(f"[red]error:[/red] {cluster} runs in network namespaces: run as root",
+                      highlight=False)
+        raise typer.Exit(1)
+    path = layout.clusters / cluster / "exec.kubeconfig"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(yaml.safe_dump(dict(chosen.kubeconfig), sort_keys=False))
+    env = localexec.environment(os.environ, chosen, str(path))
+    try:
+        os.execvpe(chosen.argv[0], list(chosen.argv), env)
+    except OSError as exc:
+        console.print(f"[red]error:[/red] cannot run {chosen.argv[0]}: {exc.strerror or exc}",
+                      highlight=False)
+        raise typer.Exit(127) from None
+
+
+def _netns_network(layout: supervisor.Layout, name: str) -> network.ClusterNetwork:
+    import json
+
+    path = layout.clusters / name / "network.json"
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise typer.BadParameter(f"no local cluster {name!r} in {layout.root}", param_hint="CLUSTER") from None
+    if found.get("mode") != network.NETNS:
+        raise typer.BadParameter(f"{name} is not a --netns cluster: rootless clusters share the host's "
+                                 "network already", param_hint="CLUSTER")
+    return network.ClusterNetwork.netns(int(found["index"]))
+
+
+def _join_or_leave(cluster: str, peer: str, data_dir: Path | None, joining: bool) -> None:
+    from tether.local import underlay
+
+    layout = _layout(data_dir)
+    a = _netns_network(layout, cluster)
+    b: underlay.Peer = underlay.HOST if peer == "host" else _netns_network(layout, peer)
+    try:
+        asyncio.run(underlay.join(a, b) if joining else underlay.leave(a, b))
+    except netns.NetnsError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    what = "the host" if peer == "host" else peer
+    console.print(f"{cluster} {'joined with' if joining else 'left'} {what}", highlight=False)
+
+
+@app.command("join")
+def join_cmd(
+    cluster: Annotated[str, typer.Argument(help="A --netns local cluster")],
+    peer: Annotated[str, typer.Argument(help="Another --netns local cluster, or `host`")],
+    data_dir: DataDir = None,
+) -> None:
+    """Join two --netns clusters' networks (the underlay): each one's pods reach the other's pods
+    and Services; with `host`, its pods reach the host's underlay address (10.200.0.254), where a
+    hub or a forwarder may listen. Isolated APIs stay isolated. Undo with `tether local leave`."""
+    _join_or_leave(cluster, peer, data_dir, joining=True)
+
+
+@app.command("leave")
+def leave_cmd(
+    cluster: Annotated[str, typer.Argument(help="A --netns local cluster")],
+    peer: Annotated[str, typer.Argument(help="The cluster (or `host`) it was joined with")],
+    data_dir: DataDir = None,
+) -> None:
+    """Undo `tether local join`."""
+    _join_or_leave(cluster, peer, data_dir, joining=False)
+
+
 @app.command("kubeconfig")
 def kubeconfig_path(
     data_dir: DataDir = None,

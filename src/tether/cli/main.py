@@ -17,6 +17,7 @@ from tether.cli import (
     fed,
     hub,
     local,
+    manifests,
     mcs,
     mesh,
     proxy,
@@ -33,6 +34,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(local.app, name="local")
+hub.app.command("manifest")(manifests.hub_manifest)
+mesh.app.command("manifest")(manifests.mesh_manifest)
 app.add_typer(hub.app, name="hub")
 app.add_typer(tunnel.app, name="tunnel")
 app.add_typer(mcs.app, name="mcs")

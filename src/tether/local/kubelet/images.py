@@ -139,6 +139,14 @@ def _tether_argv(argv: Sequence[str]) -> tuple[str, ...]:
     return _python_argv(argv)
 
 
+def exec_argv(container: Mapping[str, Any], argv: Sequence[str]) -> tuple[str, ...]:
+    """A command run in a container (an exec probe): `tether ...` in tether's image is this
+    install, as the image's PATH makes it on a real node."""
+    if repository(str(container.get("image", ""))) == "tether":
+        return _tether_argv(argv)
+    return tuple(argv)
+
+
 def resolve(container: Mapping[str, Any], image_map: ImageMap) -> Program:
     image = str(container.get("image", ""))
     command = [str(c) for c in container.get("command") or []]

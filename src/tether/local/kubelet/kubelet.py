@@ -253,7 +253,7 @@ class PodWorker:
         # Where each volume really is: what a rootless container must use, kept as root too so a
         # program written for local clusters works in both modes.
         with contextlib.suppress(volumes.MountError):
-            env.update(volumes.mount_env(self.binds(pod, container, env)))
+            env.update(volumes.mount_env(self.binds(pod, container, env), mounted=self.kubelet.mounts))
         return env
 
     async def _run_init(self, container: Obj) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.local.kubelet import images
 from tether.net import http1
 
 Obj = Mapping[str, Any]
@@ -122,7 +123,8 @@ def checker(probe: Obj, container: Obj, *, pod_ip: str, env: Mapping[str, str], 
         host = str(action.get("host") or pod_ip)
         return lambda: tcp_open(host, port, timing.timeout_s, dial)
     if "exec" in probe:
-        argv = [*prefix, *(str(a) for a in (probe["exec"].get("command") or []))]
+        command = [str(a) for a in (probe["exec"].get("command") or [])]
+        argv = [*prefix, *images.exec_argv(container, command)]
         return lambda: exec_ok(argv, env, cwd, timing.timeout_s)
 
     async def unsupported() -> bool:  # grpc probes: not checked by local clusters

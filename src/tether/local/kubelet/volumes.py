@@ -305,9 +305,10 @@ def binds(pod: Obj, container: Obj, volume_dir: Callable[[str], Path], env: Mapp
     return sorted(found, key=lambda b: len(Path(b.target).parts))
 
 
-def mount_env(bound: Sequence[Bind]) -> dict[str, str]:
-    """`TETHER_MOUNT_<PATH>` for each mount: where its files really are."""
-    return {mount_env_name(b.target): b.source for b in bound}
+def mount_env(bound: Sequence[Bind], *, mounted: bool = False) -> dict[str, str]:
+    """`TETHER_MOUNT_<PATH>` for each mount: where its files really are; `mounted` (root,
+    mount namespaces), at the mount path itself, since a volume at /tmp may hide the source."""
+    return {mount_env_name(b.target): b.target if mounted else b.source for b in bound}
 
 
 def prepare_sources(bound: Sequence[Bind]) -> None:
@@ -330,25 +331,34 @@ def fail(what, code=128):
     sys.stderr.write("tether: " + what + "\n")
     sys.stderr.flush()
     os._exit(code)
-def mount(source, target, flags):
+def mount(source, target, flags, shown=None):
     if libc.mount(source.encode(), target.encode(), None, flags, None) != 0:
-        fail("mount %s at %s: %s" % (source, target, os.strerror(ctypes.get_errno())))
+        fail("mount %s at %s: %s" % (shown or source, target, os.strerror(ctypes.get_errno())))
 spec = json.loads(sys.argv[1])
 if libc.unshare(0x00020000) != 0:
     fail("unshare(CLONE_NEWNS): " + os.strerror(ctypes.get_errno()))
 mount("none", "/", MS_REC | MS_PRIVATE)
+# Every source is opened before anything is mounted: a volume at /tmp (an emptyDir) must not
+# hide the sources of the next binds when the cluster's data directory is under /tmp.
+sources = []
 for bind in spec.get("binds", []):
+    try:
+        sources.append((os.open(bind["source"], os.O_PATH), os.path.isdir(bind["source"])))
+    except OSError as exc:
+        fail("volume source %s: %s" % (bind["source"], exc.strerror))
+for bind, (fd, is_dir) in zip(spec.get("binds", []), sources):
     source, target = bind["source"], bind["target"]
     try:
         if not os.path.lexists(target):
-            if os.path.isdir(source):
+            if is_dir:
                 os.makedirs(target, exist_ok=True)
             else:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 open(target, "a").close()
     except OSError as exc:
         fail("creating mount point %s: %s" % (target, exc.strerror))
-    mount(source, target, MS_BIND | MS_REC)
+    mount("/proc/self/fd/%d" % fd, target, MS_BIND | MS_REC, source)
+    os.close(fd)
     if bind.get("ro"):
         mount("none", target, MS_BIND | MS_REMOUNT | MS_RDONLY)
 argv = sys.argv[2:]
