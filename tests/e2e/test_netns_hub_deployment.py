@@ -71,13 +71,13 @@ def hub_objects() -> list[dict[str, Any]]:
     objects = [o for o in yaml.safe_load_all(built) if o]
     help_text = subprocess.run([sys.executable, "-m", "tether", "hub", "run", "--help"],
                                capture_output=True, text=True, timeout=60).stdout
-    if "--dashboard-port" not in help_text:
-        for obj in objects:
-            if obj["kind"] == "Deployment":
-                args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
-                if "--dashboard-port" in args:
-                    at = args.index("--dashboard-port")
-                    del args[at:at + 2]
+    for obj in objects:
+        if obj["kind"] == "Deployment":
+            args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
+            args.append("--verbose")  # INFO logs, for the failure report
+            if "--dashboard-port" in args and "--dashboard-port" not in help_text:
+                at = args.index("--dashboard-port")
+                del args[at:at + 2]
     return objects
 
 
@@ -149,6 +149,15 @@ def member_copy(c: Cluster, namespace: str, greeting: str) -> str | None:
     return str(obj["metadata"]["uid"]) if (obj.get("data") or {}).get("greeting") == greeting else None
 
 
+def hub_logs(c: Cluster, word: str) -> str:
+    """Every hub pod's log lines (also of pods gone) that mention `word`."""
+    lines = []
+    for log in sorted((c.data_dir / "clusters" / NAME / "pods").glob("*/logs/hub/*.log")):
+        lines += [f"{log.parts[-4][:8]} {line[:400]}" for line in log.read_text().splitlines()
+                  if word in line]
+    return "\n".join(lines[-80:])
+
+
 def diagnose(c: Cluster) -> str:
     pods = c.kubectl("-n", NS, "get", "pods", "-o", "wide", check=False).stdout
     logs = c.kubectl("-n", NS, "logs", "-l", "app.kubernetes.io/name=tether-hub", "--tail", "20",
@@ -191,7 +200,8 @@ def test_hub_deployment_elects_one_leader_and_hands_over(cluster: Cluster) -> No
     assert successor != leader
     assert f"leader: {holder(c)} (this replica)" in readyz(c, successor)
     c.kubectl("apply", "-f", "-", input=federated(namespace, "hello again"))
-    assert poll(lambda: member_copy(c, namespace, "hello again"), timeout=WAIT_S, interval=0.5,
-                what="the update propagated by the new leader") == uid
+    again = poll(lambda: member_copy(c, namespace, "hello again"), timeout=WAIT_S, interval=0.5,
+                 what="the update propagated by the new leader")
+    assert again == uid, hub_logs(c, namespace)
     poll(lambda: len(ready_pods(c)) == 2, timeout=WAIT_S, interval=1.0,
          what="the Deployment back at two Ready pods")
