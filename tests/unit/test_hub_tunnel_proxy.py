@@ -65,3 +65,19 @@ def test_secret_proxy_headers_reach_the_member_credentials() -> None:
     creds = member_credentials({"metadata": {"name": "c1"}, "spec": spec}, secret)
     assert ("Proxy-Authorization", "Bearer x") in creds.proxy_headers
     assert proxy_headers({}, {}) is None
+
+
+def test_agent_certs_from_a_certs_tree_or_a_mounted_secret(tmp_path: Path) -> None:
+    from tether.app.hub_tunnel import agent_certs
+
+    tree = agent_certs(tmp_path)  # `tether certs` layout, the default
+    assert (tree.cert, tree.key, tree.ca) == (
+        tmp_path / "agent/issued/proxy-frontend.crt", tmp_path / "agent/private/proxy-frontend.key",
+        tmp_path / "agent/issued/ca.crt")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    for name in ("ca.crt", "proxy-frontend.crt", "proxy-frontend.key"):
+        (secret / name).write_text(name)
+    flat = agent_certs(secret)
+    assert (flat.cert.read_text(), flat.key.read_text(), flat.ca.read_text()) == (
+        "proxy-frontend.crt", "proxy-frontend.key", "ca.crt")

@@ -49,7 +49,9 @@ from tether.federation.propagation import (
 )
 from tether.federation.registrations import RegistrationController
 from tether.federation.template_status import TemplateStatusTarget
-from tether.kube import KubeClient
+from tether.kube import KubeClient, in_cluster, load_kubeconfig
+from tether.kube.leaderelection import ElectionConfig
+from tether.kube.leaderelector import LeaderElector, LeadershipLost
 from tether.net.httpserver import HttpServer, Request, Response
 
 if TYPE_CHECKING:
@@ -86,6 +88,14 @@ class Hub:
         self.metrics.gauges["tether_clusters"] = lambda: float(len(self.shared.clusters.keys()))
         self.metrics.gauges["tether_works"] = lambda: float(len(self.shared.works.keys()))
         self.servers: list[HttpServer] = []
+        self.elector: LeaderElector | None = None
+        if config.leader_election is not None:
+            e = config.leader_election
+            self.elector = LeaderElector(host, ElectionConfig(
+                identity=e.identity, name=e.resource_name, namespace=e.resource_namespace,
+                lease_duration_s=e.lease_duration_s, renew_deadline_s=e.renew_deadline_s,
+                retry_period_s=e.retry_period_s, release_on_cancel=True))
+        self.metrics.gauges["tether_leader_is_leader"] = lambda: 1.0 if self.leading else 0.0
         self.tunnel: HubTunnel | None = None
         if config.tunnel_agent_port is not None:
             from tether.app.hub_tunnel import HubTunnel
@@ -103,24 +113,54 @@ class Hub:
         return float(sum(1 for i in infos if i is not None and i.ready))
 
     @property
+    def leading(self) -> bool:
+        """Whether this replica runs the controllers (always, without leader election)."""
+        return self.elector is None or self.elector.is_leader
+
+    @property
+    def controllers_synced(self) -> bool:
+        return (self.kubefed.synced and self.karmada.synced and self.taint_policies.synced
+                and self.rebalancers.synced)
+
+    @property
     def ready(self) -> bool:
-        return (self.shared.synced and self.kubefed.synced and self.karmada.synced
-                and self.taint_policies.synced and self.rebalancers.synced)
+        """Every replica serves the cluster proxy and the tunnel once the shared informers
+        synced; the leader also waits for its controllers."""
+        return self.shared.synced and (not self.leading or self.controllers_synced)
+
+    def leader_line(self) -> str:
+        if self.elector is None:
+            return "leader: this replica (leader election off)"
+        me = self.elector.config.identity
+        if self.elector.is_leader:
+            return f"leader: {me} (this replica)"
+        return f"leader: {self.elector.leader or 'none'} (this replica {me} follows)"
+
+    def _health_body(self, first: str) -> bytes:
+        if self.elector is None:
+            return first.encode()
+        return f"{first}{self.leader_line()}\n".encode()
 
     async def handle(self, request: Request) -> Response:
         if request.method != "GET":
             return Response(405, b"method not allowed\n", content_type="text/plain")
         if request.path == "/healthz":
-            return Response(200, b"ok\n", content_type="text/plain")
+            return Response(200, self._health_body("ok\n"), content_type="text/plain")
         if request.path == "/readyz":
             if self.ready:
-                return Response(200, b"ok\n", content_type="text/plain")
-            return Response(503, b"informers not synced\n", content_type="text/plain")
+                return Response(200, self._health_body("ok\n"), content_type="text/plain")
+            return Response(503, self._health_body("informers not synced\n"),
+                            content_type="text/plain")
         if request.path == "/metrics":
             return Response(200, self.metrics.render().encode(),
                             content_type="text/plain; version=0.0.4")
         if request.path == "/":
-            body = json.dumps({"ready": self.ready, "paths": ["/healthz", "/readyz", "/metrics"]})
+            about: dict[str, object] = {"ready": self.ready,
+                                        "paths": ["/healthz", "/readyz", "/metrics"]}
+            if self.elector is not None:
+                about.update(leading=self.elector.is_leader, leader=self.elector.leader,
+                             identity=self.elector.config.identity)
+            body = json.dumps(about)
             return Response(200, body.encode())
         return Response(404, b"not found\n", content_type="text/plain")
 
@@ -129,7 +169,7 @@ class Hub:
         if self.config.health_port is not None:
             ports.append(self.config.health_port)
         for port in ports:
-            server = HttpServer(self.handle, host="127.0.0.1", port=port,
+            server = HttpServer(self.handle, host=self.config.bind_address, port=port,
                                 server_header="tether-hub")
             await server.start()
             self.servers.append(server)
@@ -137,29 +177,43 @@ class Hub:
             await self.dashboard.start()
         return [s.port for s in self.servers]
 
+    async def run_controllers(self) -> None:
+        """Everything that writes on the hub's or the members' behalf: on the leader only."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.health.run())
+            group.create_task(self.kubefed.run())
+            group.create_task(self.karmada.run())
+            group.create_task(self.taint_policies.run())
+            group.create_task(self.rebalancers.run())
+            group.create_task(self.executor.run())
+            group.create_task(self.registrations.run())
+            group.create_task(self.mirror.run())
+            group.create_task(self.kubefed_clusters.run())
+            if self.mcs is not None:
+                group.create_task(self.mcs.run())
+            group.create_task(self.kubefed_dns.run())
+            if self.mesh is not None:
+                group.create_task(self.mesh.run())
+
     async def run(self) -> None:
+        """Until cancelled; raises `LeadershipLost` when this replica led and could not renew
+        (its controllers have stopped: the caller exits, as kube-controller-manager does)."""
         try:
             async with asyncio.TaskGroup() as group:
+                # every replica: the shared informers feed the cluster proxy, and the tunnel
+                # server takes agents (their handlers only enqueue for the controllers)
                 group.create_task(self.shared.run())
-                group.create_task(self.health.run())
-                group.create_task(self.kubefed.run())
-                group.create_task(self.karmada.run())
-                group.create_task(self.taint_policies.run())
-                group.create_task(self.rebalancers.run())
-                group.create_task(self.executor.run())
-                group.create_task(self.registrations.run())
-                group.create_task(self.mirror.run())
-                group.create_task(self.kubefed_clusters.run())
                 group.create_task(GcPacing().run())
                 if self.tunnel is not None:
                     group.create_task(self.tunnel.run())
-                if self.mcs is not None:
-                    group.create_task(self.mcs.run())
-                group.create_task(self.kubefed_dns.run())
-                if self.mesh is not None:
-                    group.create_task(self.mesh.run())
-                if self.dashboard is not None:
+                if self.dashboard is not None:  # read-only: every replica serves it
                     group.create_task(self.dashboard.run())
+                if self.elector is None:
+                    group.create_task(self.run_controllers())
+                else:
+                    group.create_task(self.elector.run(self.run_controllers))
+        except* LeadershipLost as lost:
+            raise lost.exceptions[0] from None
         finally:
             if self.dashboard is not None:
                 await self.dashboard.aclose()
@@ -169,13 +223,18 @@ class Hub:
 
 async def serve(config: HubConfig, *, announce: Callable[[str], None] = print) -> int:
     """Run the hub until SIGTERM/SIGINT (or cancellation); shutdown bounded by `shutdown_s`."""
-    async with KubeClient.from_kubeconfig(config.kubeconfig, config.context) as host:
+    credentials = in_cluster() if config.in_cluster else load_kubeconfig(config.kubeconfig,
+                                                                         config.context)
+    async with KubeClient(credentials) as host:
         hub = Hub(host, config)
         ports = await hub.start_servers()
+        # a wildcard bind is announced as loopback, where this machine reaches it
+        shown = (config.bind_address if config.bind_address not in ("", "0.0.0.0", "::")
+                 else "127.0.0.1")
         if hub.tunnel is not None:
             announce(await hub.tunnel.start())
         announce(f"hub running against {host.server}; serving /healthz /readyz /metrics on "
-                 + ", ".join(f"http://127.0.0.1:{p}" for p in ports))
+                 + ", ".join(f"http://{shown}:{p}" for p in ports))
         if hub.dashboard is not None:
             announce(f"dashboard on {hub.dashboard.url} (read-only; docs/dashboard.md)")
         proxy = None
@@ -183,12 +242,21 @@ async def serve(config: HubConfig, *, announce: Callable[[str], None] = print) -
             proxy = await proxy_app.open_proxy(
                 host,
                 proxy_app.ProxyConfig(kubeconfig=config.kubeconfig, context=config.context,
-                                      port=config.proxy_port),
+                                      bind_address=config.bind_address, port=config.proxy_port),
                 cluster_source=lambda name: hub.shared.clusters.get(None, name),
             )
             announce(f"cluster proxy on {proxy.url}/apis/cluster.tether.io/v1alpha1/clusters/NAME/proxy")
+        if hub.elector is not None:
+            c = hub.elector.config
+            announce(f"leader election: {c.identity} campaigning for Lease {c.namespace}/{c.name}; "
+                     "the controllers run only while it leads")
         try:
             await run_until_signal(hub.run(), shutdown_s=config.shutdown_s)
+        except LeadershipLost as lost:
+            # as kube-controller-manager: exit, and let the supervisor start a fresh candidate
+            log.error("leader election lost: %s; exiting", lost)
+            announce(f"leader election lost: {lost}; exiting")
+            return 1
         finally:
             if proxy is not None:
                 await proxy.aclose()

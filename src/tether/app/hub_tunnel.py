@@ -19,6 +19,12 @@
   and only towards that member's API.
 - Publishes `tether-system/tether-cluster-info` (hub CA, tunnel address, tunnel CA, proxy URL)
   for `tether register`.
+- Several replicas (`tunnel_server_count` > 1 or leader election, see docs/hub-ha.md): each
+  tells agents its server id (the leader election identity) and the server count, so an agent
+  behind one address (a Service) keeps dialling until it holds a stream to every replica, and a
+  CONNECT reaches the member through whichever replica it lands on. The replicas then share one
+  proxy-token key, kept in the Secret `tether-system/tether-hub-tunnel-key` (created by the
+  first replica; all others read it), so the tokens they write agree.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -33,6 +40,7 @@ import os
 import secrets
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,7 +49,7 @@ from tether.app.hubconfig import HubConfig
 from tether.federation import bootstrap
 from tether.federation.crds import CLUSTER_API_VERSION
 from tether.federation.health import HUB_NAMESPACE, PROXY_HEADER_PREFIX
-from tether.kube import Informer, KubeClient, KubeError, WatchEvent
+from tether.kube import AlreadyExists, Informer, KubeClient, KubeError, WatchEvent
 from tether.net import daemon
 from tether.objects import Obj
 from tether.tunnel import pki
@@ -61,6 +69,8 @@ RETRY_S = 2.0  # after a failed update of credentials or grants
 FIELD_MANAGER = "tether-hub-tunnel"
 PROXY_AUTH_KEY = PROXY_HEADER_PREFIX + "Proxy-Authorization"
 KEY_FILE = "proxy-token.key"
+SHARED_KEY_SECRET = "tether-hub-tunnel-key"
+SHARED_KEY_FIELD = "proxy-token.key"
 
 def load_or_create_key(path: Path) -> bytes:
     """The hub's proxy-token key: read, or made once (mode 0600 from the start)."""
@@ -78,6 +88,30 @@ def load_or_create_key(path: Path) -> bytes:
         handle.write(key.hex() + "\n")
     tmp.replace(path)
     return key
+
+
+async def load_or_create_shared_key(host: KubeClient) -> bytes:
+    """The proxy-token key every hub replica uses: a Secret on the hub, made once by whichever
+    replica comes first (the create either wins or meets the one another replica made)."""
+    for _ in range(3):
+        secret = await host.get_or_none("v1", "Secret", SHARED_KEY_SECRET, HUB_NAMESPACE)
+        if secret is not None:
+            value = str((secret.get("data") or {}).get(SHARED_KEY_FIELD, ""))
+            key = base64.b64decode(value) if value else b""
+            if len(key) >= 32:
+                return key
+            raise KubeError(500, "InvalidKey", f"Secret {HUB_NAMESPACE}/{SHARED_KEY_SECRET} has no "
+                            f"32-byte {SHARED_KEY_FIELD}: delete it and a hub replica makes a new one")
+        key = secrets.token_bytes(32)
+        try:
+            await host.create({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                               "metadata": {"name": SHARED_KEY_SECRET, "namespace": HUB_NAMESPACE},
+                               "data": {SHARED_KEY_FIELD: base64.b64encode(key).decode()}},
+                              field_manager=FIELD_MANAGER)
+            return key
+        except AlreadyExists:
+            continue  # another replica made it first: read theirs
+    raise KubeError(500, "InvalidKey", f"Secret {HUB_NAMESPACE}/{SHARED_KEY_SECRET} could not be read")
 
 
 def proxy_token(key: bytes, cluster: str) -> str:
@@ -108,6 +142,28 @@ def uses_listener(cluster: Mapping[str, Any], port: int) -> bool:
         return url.scheme == "http" and url.hostname == "127.0.0.1" and url.port == port
     except ValueError:
         return False
+
+
+@dataclass(frozen=True)
+class AgentCerts:
+    """The agent port's serving certificate and key, and the CA agents check it with."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def agent_certs(directory: Path) -> AgentCerts:
+    """A `tether certs` output directory (`agent/issued/...`), or the same three files side by
+    side, as a Secret mounted in a pod has them (`ca.crt`, `proxy-frontend.crt`,
+    `proxy-frontend.key`)."""
+    flat = AgentCerts(directory / "proxy-frontend.crt", directory / "proxy-frontend.key",
+                      directory / "ca.crt")
+    if flat.cert.exists() and not (directory / "agent").exists():
+        return flat
+    agent = directory / "agent"
+    return AgentCerts(agent / "issued" / "proxy-frontend.crt",
+                      agent / "private" / "proxy-frontend.key", agent / "issued" / "ca.crt")
 
 
 def _split(advertise: str, default_port: int) -> tuple[str, int]:
@@ -225,19 +281,25 @@ class HubTunnel:
         c = self.config
         assert c.tunnel_agent_port is not None
         host, _ = _split(c.tunnel_advertise or "127.0.0.1", c.tunnel_agent_port)
-        certs = self._certs(host)
-        agent_dir = certs / "agent"
+        certs = agent_certs(self._certs(host))
         base = (self.config.data_dir or daemon.state_home() / "hub")
-        self._key = load_or_create_key(base / "tunnel" / KEY_FILE)
+        if c.tunnel_server_count > 1 or c.leader_election is not None:
+            self._key = await load_or_create_shared_key(self.host)
+        else:
+            self._key = load_or_create_key(base / "tunnel" / KEY_FILE)
+        identity = (c.tunnel_server_id
+                    or (c.leader_election.identity if c.leader_election is not None else ""))
         config = ServerConfig(
+            server_count=max(1, c.tunnel_server_count),
             mode="http-connect", uds_name=self._uds, server_port=0,
             agent_bind_address=c.tunnel_bind_address, agent_port=c.tunnel_agent_port,
             health_port=-1, admin_port=-1,
             plain_connect_port=c.tunnel_frontend_port, plain_connect_bind_address="127.0.0.1",
-            agent_tls=ServerTLS(str(agent_dir / "issued" / "proxy-frontend.crt"),
-                                str(agent_dir / "private" / "proxy-frontend.key")),
+            agent_tls=ServerTLS(str(certs.cert), str(certs.key)),
             proxy_strategies=("destHost",), agent_identity_binding="auto",
             agent_tokens=self._tokens, connect_policy=self.policy)
+        if identity:
+            config = dataclasses.replace(config, server_id=identity)
         try:
             await self.refresh_tokens()
         except KubeError as exc:
@@ -257,7 +319,7 @@ class HubTunnel:
         await bootstrap.publish_cluster_info(self.host, {
             bootstrap.TUNNEL_AGENT_ADDRESS_KEY: address,
             bootstrap.TUNNEL_PROXY_URL_KEY: proxy_url,
-            bootstrap.TUNNEL_CA_KEY: (agent_dir / "issued" / "ca.crt").read_text(),
+            bootstrap.TUNNEL_CA_KEY: certs.ca.read_text(),
         }, field_manager="tether-hub-tunnel")
         return (f"tunnel server: agents at {address} (port {agent_port}), hub clients via "
                 f"CONNECT {proxy_url}")

@@ -15,6 +15,8 @@ SHUTDOWN_S = 5.0
 class HubConfig:
     kubeconfig: Path | None = None
     context: str | None = None
+    in_cluster: bool = False  # the pod's ServiceAccount instead of a kubeconfig
+    bind_address: str = "127.0.0.1"  # health/metrics and cluster proxy listeners
     port: int = 8443
     health_port: int | None = None
     health: HealthTimers = field(default_factory=HealthTimers)
@@ -38,3 +40,22 @@ class HubConfig:
     dashboard_port: int | None = None  # the read-only web dashboard (app.dashboard); None: off
     dashboard_address: str = "127.0.0.1"
     dashboard_tls: bool = False  # HTTPS with the cluster proxy's CA (client certificates work)
+    # None: every controller runs here (one replica); set: they run only while this replica
+    # holds the Lease (`--leader-elect`)
+    leader_election: LeaderElection | None = None
+    # the tunnel's servercount: agents keep dialling until they hold a stream to this many
+    # distinct hub replicas (ANP's HA model)
+    tunnel_server_count: int = 1
+    tunnel_server_id: str = ""  # [default: the leader election identity, else a uuid]
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """`--leader-elect*` (kube-controller-manager's flags and defaults)."""
+
+    identity: str
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    resource_name: str = "tether-hub"
+    resource_namespace: str = "tether-system"

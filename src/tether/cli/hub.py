@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -25,6 +25,9 @@ from tether.cli.options import (
 )
 from tether.kube import KubeClient, KubeError
 from tether.kube.config import KubeconfigError
+
+if TYPE_CHECKING:
+    from tether.app.hubconfig import LeaderElection
 
 app = typer.Typer(help="The federation hub: CRDs, namespace and controllers in a host cluster.",
                   no_args_is_help=True)
@@ -42,6 +45,42 @@ def port_in_use(exc: OSError, ports: dict[str, int | None]) -> str | None:
     fix = (f"pass {flag} 0 to pick a free one, or another port with {flag}" if flag
            else "pass 0 for the port flags to pick free ones")
     return f"{what} on 127.0.0.1 is already in use (another `tether hub run`?): {fix}"
+
+
+def leader_election(lease_duration: str, renew_deadline: str, retry_period: str, name: str,
+                    namespace: str) -> LeaderElection:
+    """The `--leader-elect-*` flags, checked as client-go checks them; the identity is the pod
+    name (or host name) and a uuid, as kube-controller-manager's, so a restarted replica is a
+    new candidate."""
+    import socket
+    import uuid
+
+    from tether.app.hubconfig import LeaderElection
+    from tether.connect.durations import DurationError, parse_duration
+    from tether.kube.leaderelection import ElectionConfig, ElectionConfigError
+
+    seconds: dict[str, float] = {}
+    for flag, text in (("--leader-elect-lease-duration", lease_duration),
+                       ("--leader-elect-renew-deadline", renew_deadline),
+                       ("--leader-elect-retry-period", retry_period)):
+        try:
+            seconds[flag] = float(text) if re.fullmatch(r"\d+(\.\d*)?", text) else parse_duration(text)
+        except DurationError as exc:
+            raise typer.BadParameter(str(exc), param_hint=flag) from None
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
+    election = LeaderElection(identity=identity,
+                              lease_duration_s=seconds["--leader-elect-lease-duration"],
+                              renew_deadline_s=seconds["--leader-elect-renew-deadline"],
+                              retry_period_s=seconds["--leader-elect-retry-period"],
+                              resource_name=name, resource_namespace=namespace)
+    try:
+        ElectionConfig(identity=identity, name=name, namespace=namespace,
+                       lease_duration_s=election.lease_duration_s,
+                       renew_deadline_s=election.renew_deadline_s,
+                       retry_period_s=election.retry_period_s).check()
+    except ElectionConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--leader-elect-*") from None
+    return election
 
 
 @app.command()
@@ -77,7 +116,13 @@ def run(
     kubeconfig: HubKubeconfig = None,
     context_alias: HubContextAlias = None,
     kubeconfig_alias: HubKubeconfigAlias = None,
-    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 for /healthz, /readyz, /metrics "
+    in_cluster: Annotated[bool, typer.Option(
+        "--in-cluster", help="Reach the hub cluster with the pod's ServiceAccount (the hub as a "
+        "Deployment) instead of a kubeconfig")] = False,
+    bind_address: Annotated[str, typer.Option(
+        "--bind-address", help="Address the health/metrics and cluster proxy ports listen on "
+        "(0.0.0.0 in a pod, for probes and the Service)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port for /healthz, /readyz, /metrics "
                                       "(0 picks a free one)")] = 8443,
     health_port: Annotated[int | None, typer.Option("--health-port", help="Extra port serving the same "
                                                     "endpoints, e.g. for probes")] = None,
@@ -103,7 +148,9 @@ def run(
     tunnel_advertise: Annotated[str, typer.Option(
         "--tunnel-advertise-address", help="HOST[:PORT] agents dial [default: 127.0.0.1]")] = "",
     tunnel_certs: Annotated[Path | None, typer.Option(
-        "--tunnel-certs", help="A `tether certs` directory [default: generated in --data-dir]")] = None,
+        "--tunnel-certs", help="A `tether certs` directory, or a directory with its agent "
+        "ca.crt, proxy-frontend.crt and proxy-frontend.key side by side (a mounted Secret) "
+        "[default: generated in --data-dir]")] = None,
     allowed_destinations: Annotated[list[str] | None, typer.Option(
         "--allowed-destinations", help="Let the tunnel's CONNECT listener reach these too, for any "
         "caller holding a cluster's proxy token (comma-separated, repeatable: CIDR, IP, host, "
@@ -133,6 +180,26 @@ def run(
     dashboard_tls: Annotated[bool, typer.Option(
         "--dashboard-tls", help="Serve the dashboard over HTTPS with the cluster proxy's CA, so "
         "`tether kubeconfig` client certificates sign in too")] = False,
+    leader_elect: Annotated[bool, typer.Option(
+        "--leader-elect", help="Run several replicas: they elect a leader with a coordination.k8s.io/v1 "
+        "Lease and only the leader runs the controllers (the cluster proxy, tunnel server and "
+        "health endpoints serve on every replica); see docs/hub-ha.md")] = False,
+    lease_duration: Annotated[str, typer.Option(
+        "--leader-elect-lease-duration", help="How long followers wait, after the last change "
+        "they saw, before taking an unrenewed Lease (Go duration or seconds)")] = "15s",
+    renew_deadline: Annotated[str, typer.Option(
+        "--leader-elect-renew-deadline", help="How long the leader keeps retrying a renewal "
+        "before it stops leading and exits (less than the lease duration)")] = "10s",
+    retry_period: Annotated[str, typer.Option(
+        "--leader-elect-retry-period", help="Time between attempts to acquire or renew")] = "2s",
+    lease_name: Annotated[str, typer.Option(
+        "--leader-elect-resource-name", help="The Lease's name")] = "tether-hub",
+    lease_namespace: Annotated[str, typer.Option(
+        "--leader-elect-resource-namespace", "--leader-elect-namespace",
+        help="The Lease's namespace")] = "tether-system",
+    tunnel_server_count: Annotated[int, typer.Option(
+        "--tunnel-server-count", min=1, help="Hub replicas behind the tunnel address: agents "
+        "connect until they hold a stream to this many (ANP's --server-count)")] = 1,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level")] = False,
     template_status: Annotated[str, typer.Option(
         "--template-status", metavar="auto|status|annotation",
@@ -150,6 +217,9 @@ def run(
 
     context = pick(context, context_alias, "--context")
     kubeconfig = pick(kubeconfig, kubeconfig_alias, "--kubeconfig")
+    if in_cluster and (context or kubeconfig):
+        raise typer.BadParameter("use either --in-cluster or a kubeconfig/context, not both",
+                                 param_hint="--in-cluster")
     try:
         parse_patterns(allowed_destinations or ())
     except DestinationError as exc:
@@ -165,6 +235,9 @@ def run(
         raise typer.BadParameter(f"{template_status!r} is not one of {', '.join(MODES)}",
                                  param_hint="--template-status")
 
+    election = (leader_election(lease_duration, renew_deadline, retry_period, lease_name,
+                                lease_namespace) if leader_elect else None)
+
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import faulthandler
@@ -174,7 +247,13 @@ def run(
     timers = HealthTimers(period_s=health_period, failure_threshold_s=health_threshold,
                           success_threshold_s=health_threshold, grace_period_s=health_grace,
                           startup_grace_period_s=max(health_grace, 60.0 * health_grace / 40.0))
-    config = HubConfig(kubeconfig=kubeconfig, context=context, port=port,
+    if tunnel_certs is not None:
+        from tether.objects.podfiles import mounted_path
+
+        # a Secret volume: where the pod's kubelet really put it, when it says (local clusters)
+        tunnel_certs = mounted_path(str(tunnel_certs))
+    config = HubConfig(kubeconfig=kubeconfig, context=context, in_cluster=in_cluster,
+                               bind_address=bind_address, port=port,
                                health_port=health_port, health=timers, resync_s=resync,
                                proxy_port=proxy_port,
                                tunnel_agent_port=tunnel_agent_port,
@@ -188,7 +267,8 @@ def run(
                                    graceful_timeout_s=graceful_eviction_timeout),
                                clusterset=clusterset, mesh_root=state_root(data_dir) if mesh else None,
                                dashboard_port=dashboard_port, dashboard_address=dashboard_address,
-                               dashboard_tls=dashboard_tls)
+                               dashboard_tls=dashboard_tls, leader_election=election,
+                               tunnel_server_count=tunnel_server_count)
     ports = {"--port": port, "--health-port": health_port, "--proxy-port": proxy_port,
              "--dashboard-port": dashboard_port,
              "--tunnel-agent-port": tunnel_agent_port, "--tunnel-frontend-port": tunnel_frontend_port}

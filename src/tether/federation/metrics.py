@@ -45,4 +45,6 @@ GAUGE_HELP = {
     "tether_clusters": "Clusters registered with the hub.",
     "tether_clusters_ready": "Registered clusters whose Ready condition is True.",
     "tether_works": "Work objects (per-cluster plans) on the hub.",
+    "tether_leader_is_leader": "1 when this hub replica runs the controllers (always without "
+                               "--leader-elect), else 0.",
 }

@@ -774,6 +774,11 @@ class KubeFedController(_Base[FedKey]):
                           ) -> PropagationPlan:
         namespace = plan.source.namespace
         fns_type = self.types.get("FederatedNamespace")
+        if not self.ftcs.synced or (fns_type is not None and not fns_type.informer.synced
+                                    and not _type_gone(fns_type.informer)):
+            # not listed yet (a new leader, a restarted hub): a FederatedNamespace missing from
+            # the cache is not a missing one, and planning without it would delete the Works
+            raise RequeueAfter(0.5)
         fns = fns_type.informer.get(namespace, namespace) if fns_type is not None else None
         if fns is None or nested(fns, "metadata", "deletionTimestamp"):
             return replace(plan, works=(), failures=(), error_reason="NamespaceNotFederated",
