@@ -236,8 +236,12 @@ def test_automount_false_is_honoured(clusters: Any, ns: str) -> None:
 # pods of the tether image ----------------------------------------------------------------------------
 
 
-def whoami_pod(ns: str) -> list[dict[str, Any]]:
-    """The tether pod, and what its ServiceAccount needs to list pods (RBAC is enforced)."""
+def whoami_pod(ns: str, empty_dir_at: str = "") -> list[dict[str, Any]]:
+    """The tether pod, and what its ServiceAccount needs to list pods (RBAC is enforced);
+    `empty_dir_at`: an emptyDir mounted there too."""
+    volumes: dict[str, Any] = {}
+    if empty_dir_at:
+        volumes = {"volumes": [{"name": "scratch", "emptyDir": {}}]}
     rbac = "rbac.authorization.k8s.io/v1"
     return [
         {"apiVersion": rbac, "kind": "Role", "metadata": {"name": "pod-reader", "namespace": ns},
@@ -246,14 +250,15 @@ def whoami_pod(ns: str) -> list[dict[str, Any]]:
          "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "pod-reader"},
          "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}]},
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "who", "namespace": ns},
-         "spec": {"restartPolicy": "Never", "containers": [{
+         "spec": {"restartPolicy": "Never", **volumes, "containers": [{
              "name": "tether", "image": "ghcr.io/tether-dev/tether:0.1.0",
-             "args": ["whoami", "--in-cluster", "--pods"]}]}},
+             "args": ["whoami", "--in-cluster", "--pods"],
+             **({"volumeMounts": [{"name": "scratch", "mountPath": empty_dir_at}]} if empty_dir_at else {})}]}},
     ]
 
 
-def run_whoami(clusters: Any, ns: str) -> str:
-    clusters.kubectl("create", "-f", "-", input=manifest(*whoami_pod(ns)))
+def run_whoami(clusters: Any, ns: str, empty_dir_at: str = "") -> str:
+    clusters.kubectl("create", "-f", "-", input=manifest(*whoami_pod(ns, empty_dir_at)))
 
     def finished() -> str | None:
         phase = clusters.kubectl_json("get", "pod", "who", "-n", ns)["status"].get("phase")
@@ -269,6 +274,17 @@ def test_tether_image_pod_uses_its_in_cluster_config(clusters: Any, ns: str) -> 
     out = run_whoami(clusters, ns)
     assert f"user: system:serviceaccount:{ns}:default" in out and "pod: who" in out, out
     assert f"namespace: {ns}" in out
+
+
+@needs_root
+def test_tether_image_pod_runs_when_a_volume_covers_the_install(clusters: Any, ns: str) -> None:
+    """The deploy manifests mount an emptyDir at /tmp (read-only root filesystem); a checkout
+    under /tmp (a CI clone) must still run as the tether image: the install is bound back."""
+    import tether
+
+    install_parent = str(Path(tether.__file__).resolve().parents[2].parent)  # holds src/ and .venv/
+    out = run_whoami(clusters, ns, empty_dir_at=install_parent)
+    assert f"user: system:serviceaccount:{ns}:default" in out and "pod: who" in out, out
 
 
 @pytest.fixture(scope="module")

@@ -346,8 +346,16 @@ for bind in spec.get("binds", []):
         sources.append((os.open(bind["source"], os.O_PATH), os.path.isdir(bind["source"])))
     except OSError as exc:
         fail("volume source %s: %s" % (bind["source"], exc.strerror))
-for bind, (fd, is_dir) in zip(spec.get("binds", []), sources):
-    source, target = bind["source"], bind["target"]
+# This install of tether (its interpreter, venv and sources) stays visible where a volume is
+# mounted over it (an emptyDir at /tmp while the install lives under /tmp): pods of tether's
+# image run it.
+kept = []
+for path in spec.get("keep", []):
+    try:
+        kept.append((path, os.open(path, os.O_PATH)))
+    except OSError:
+        pass
+def make_mount_point(target, is_dir):
     try:
         if not os.path.lexists(target):
             if is_dir:
@@ -357,10 +365,19 @@ for bind, (fd, is_dir) in zip(spec.get("binds", []), sources):
                 open(target, "a").close()
     except OSError as exc:
         fail("creating mount point %s: %s" % (target, exc.strerror))
+for bind, (fd, is_dir) in zip(spec.get("binds", []), sources):
+    source, target = bind["source"], bind["target"]
+    make_mount_point(target, is_dir)
     mount("/proc/self/fd/%d" % fd, target, MS_BIND | MS_REC, source)
     os.close(fd)
+for path, fd in kept:
+    make_mount_point(path, True)
+    mount("/proc/self/fd/%d" % fd, path, MS_BIND | MS_REC, path)
+    mount("none", path, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    os.close(fd)
+for bind in spec.get("binds", []):
     if bind.get("ro"):
-        mount("none", target, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        mount("none", bind["target"], MS_BIND | MS_REMOUNT | MS_RDONLY)
 argv = sys.argv[2:]
 if not argv:
     os._exit(0)
@@ -411,9 +428,26 @@ def enter_argv(pid: int, working_dir: str) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", ENTER_SHIM, str(pid), working_dir]
 
 
+def install_paths() -> list[str]:
+    """Where this install of tether lives: the interpreter's prefixes (a venv and its base) and
+    the directory the `tether` package is imported from (an editable install's sources)."""
+    package_root = Path(__file__).resolve().parents[3]  # .../tether/local/kubelet/volumes.py
+    found = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, str(package_root))]
+    return sorted(set(found), key=len)
+
+
+def hidden_install_paths(bound: Sequence[Bind], paths: Sequence[str] | None = None) -> list[str]:
+    """The install paths a mount would hide (they lie under a mount's target): bound back."""
+    return [p for p in (install_paths() if paths is None else paths)
+            if any(_inside(Path(p), Path(b.target)) for b in bound)]
+
+
 def shim_argv(bound: Sequence[Bind], working_dir: str = "") -> list[str]:
     """What goes before a container's command to run it with its volumes at their mount paths."""
     spec: dict[str, Any] = {"binds": [{"source": b.source, "target": b.target, "ro": b.read_only} for b in bound]}
+    keep = hidden_install_paths(bound)
+    if keep:
+        spec["keep"] = keep
     if working_dir:
         spec["workingDir"] = working_dir
     return [sys.executable, "-I", "-S", "-c", MOUNT_SHIM, json.dumps(spec, separators=(",", ":"))]
