@@ -14,12 +14,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from tether.app.hub_mcs import registered
 from tether.connect.mirror.fleet import MirrorFleet
 from tether.connect.mirror.policy import Member
 from tether.connect.mirror.stale import CONDITION_TYPE
 from tether.federation.crds import CLUSTER_API_VERSION
-from tether.federation.health import HUB_NAMESPACE, member_credentials
-from tether.federation.propagation import cluster_info
 from tether.kube import KubeClient
 from tether.objects import Obj, times
 
@@ -31,24 +30,8 @@ FIELD_MANAGER = "tether-connect-mirror"
 
 
 def hub_members(hub: Hub) -> list[Member]:
-    secrets = hub.executor.secrets
-    out: list[Member] = []
-    for cluster in hub.shared.clusters.list():
-        info = cluster_info(cluster)
-        if info is None:
-            continue
-        ref = (cluster.get("spec") or {}).get("secretRef") or {}
-        namespace, name = str(ref.get("namespace") or HUB_NAMESPACE), str(ref.get("name") or info.name)
-        secret = secrets.get(namespace, name) if secrets is not None else None
-        if secret is None:
-            continue
-        try:
-            credentials = member_credentials(cluster, secret)
-        except (ValueError, KeyError) as exc:
-            log.warning("cluster %s: unusable credentials for the mirror: %s", info.name, exc)
-            continue
-        out.append(Member(info.name, credentials, info.ready, info.labels, info.zones))
-    return out
+    return [Member(info.name, credentials, info.ready, info.labels, info.zones)
+            for info, credentials in registered(hub)]
 
 
 def condition_reporter(host: KubeClient) -> Callable[[str, Obj], Awaitable[None]]:
