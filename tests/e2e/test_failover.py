@@ -447,3 +447,64 @@ def test_workload_rebalancer_applied_with_kubectl(fleet: Fleet) -> None:
                status["observedWorkloads"]}
     assert results == {"web": ("Successful", None),
                        "ghost": ("Failed", "ReferencedBindingNotFound")}
+
+
+async def test_kubefed_member_not_ready_keeps_its_objects(fleet: Fleet) -> None:
+    """KubeFed skips a cluster that is not ready: its Works (and so the member's namespace and
+    everything in it) stay while it is down, and nothing is recreated when it comes back."""
+    fleet.kubectl("host", "create", "ns", "kept")
+    fleet.apply("host", {
+        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedNamespace",
+        "metadata": {"name": "kept", "namespace": "kept"},
+        "spec": {"placement": {"clusters": [{"name": "cluster"}, {"name": "cluster1"}]}}}, {
+        "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedConfigMap",
+        "metadata": {"name": "settings", "namespace": "kept"},
+        "spec": {"template": {"data": {"mode": "blue"}},
+                 "placement": {"clusters": [{"name": "cluster"}, {"name": "cluster1"}]}}})
+    member = await until(lambda: get(fleet, "cluster1", "v1", "ConfigMap", "settings", "kept"),
+                         "the ConfigMap on cluster1")
+    namespace = await get(fleet, "cluster1", "v1", "Namespace", "kept")
+    assert namespace is not None
+    # something the member's own users keep in that namespace
+    fleet.kubectl("cluster1", "-n", "kept", "create", "configmap", "local-only",
+                  "--from-literal=owner=member")
+
+    def works_of_cluster1() -> dict[str, bool]:
+        listed = json.loads(fleet.kubectl(
+            "host", "get", "works.work.tether.io", "-A", "-o", "json", "-l",
+            "work.tether.io/cluster=cluster1,work.tether.io/dialect=kubefed").stdout)
+        return {w["metadata"]["labels"]["work.tether.io/source-kind"]:
+                not w["metadata"].get("deletionTimestamp") for w in listed["items"]}
+
+    assert works_of_cluster1() == {"FederatedNamespace": True, "FederatedConfigMap": True}
+    ok(tether("local", "down", "--data-dir", str(fleet.member_dir)))
+    try:
+        async def not_ready_reported() -> bool:
+            fed = await get(fleet, "host", "types.kubefed.io/v1beta1", "FederatedConfigMap",
+                            "settings", "kept")
+            clusters = ((fed or {}).get("status") or {}).get("clusters") or []
+            return {"name": "cluster1", "status": "ClusterNotReady"} in [
+                {k: c.get(k) for k in ("name", "status")} for c in clusters]
+
+        await until(not_ready_reported, "cluster1 reported ClusterNotReady", timeout_s=90)
+        # a later change reconciles again with cluster1 still down
+        fleet.kubectl("host", "-n", "kept", "patch", "federatedconfigmap", "settings",
+                      "--type=merge", "-p", '{"spec":{"template":{"data":{"mode":"green"}}}}')
+        await until(lambda: _data_is(fleet, "cluster", "green"), "the change on cluster")
+        assert works_of_cluster1() == {"FederatedNamespace": True, "FederatedConfigMap": True}
+    finally:
+        ok(tether("local", "up", "--data-dir", str(fleet.member_dir), "--name", "cluster1",
+                  "--nodes", "3"))
+    await until(lambda: _data_is(fleet, "cluster1", "green"), "the change on cluster1",
+                timeout_s=90)
+    after = await get(fleet, "cluster1", "v1", "ConfigMap", "settings", "kept")
+    after_ns = await get(fleet, "cluster1", "v1", "Namespace", "kept")
+    assert after is not None and after_ns is not None
+    assert after["metadata"]["uid"] == member["metadata"]["uid"]
+    assert after_ns["metadata"]["uid"] == namespace["metadata"]["uid"]
+    assert await get(fleet, "cluster1", "v1", "ConfigMap", "local-only", "kept") is not None
+
+
+async def _data_is(fleet: Fleet, cluster: str, mode: str) -> bool:
+    found = await get(fleet, cluster, "v1", "ConfigMap", "settings", "kept")
+    return bool(found and (found.get("data") or {}).get("mode") == mode)

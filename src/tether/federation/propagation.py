@@ -413,11 +413,18 @@ class _Base(Generic[K]):
                           plan: PropagationPlan) -> None:
         """Apply the desired Works, delete the others — except where the cluster failed only on
         its overrides: a typo in an override must not take the object down, so that cluster
-        keeps its last good Work (and the failure is reported)."""
+        keeps its last good Work (and the failure is reported).
+
+        KubeFed's sync controller skips a cluster that is not ready for every operation, removal
+        included: a member whose probe timed out under load must not lose its objects, so its
+        Works stay as they are until it is ready again. (Karmada keeps a scheduled cluster in
+        its placement while it is NotReady; removal from it is an eviction, which is meant.)"""
         if plan.hold:
             return  # e.g. dispatching suspended: every Work stays as it is
         keep = {f.cluster for f in plan.failures if f.reason == "ApplyOverridesFailed"}
         keep |= plan.retained  # graceful evictions, clusters with dispatching suspended
+        if plan.dialect == "kubefed":
+            keep |= {c.name for c in self.shared.cluster_infos() if not c.ready}
         wanted = {(d.namespace, d.name) for d in desired}
         writes: list[Callable[[], Awaitable[Any]]] = []
         for work in desired:
