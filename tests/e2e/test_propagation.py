@@ -28,7 +28,7 @@ from tether.kube import KubeClient, NotFound
 
 pytestmark = pytest.mark.e2e
 
-WAIT_S = 30.0
+WAIT_S = 90.0  # generous: on a loaded 2-core machine a member can take this long
 WORK = "work.tether.io/v1alpha1"
 MANAGED = "app.kubernetes.io/managed-by=tether"
 
