@@ -393,7 +393,7 @@ def print_intercept(console: Console, taken: InterceptResult) -> None:
                       f"`tether bridge reset -n {NAMESPACE} --context {CLUSTER}` restores it")
     if taken.ok:
         console.print(f"[green]as expected[/green]: only the request with `{ROUTE_HEADER}: {ROUTE}` reached "
-                      "this machine; everyone else's still reach the pods, during and after the intercept")
+                      "this machine; every other request still reached the pods, during the intercept and after it")
     elif not taken.error:
         console.print(f"[red]the intercept did not route as expected within the time allowed[/red]: "
                       f"`kubectl --context {CLUSTER} -n {NAMESPACE} get deploy,pods,svc` says what runs")
