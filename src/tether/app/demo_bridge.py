@@ -353,18 +353,19 @@ async def bridge_step(kubeconfig: Path, state_root: Path, console: Console, time
 
 
 def print_reach(console: Console, reach: ReachResult) -> None:
-    where = f"{NAMESPACE}/{SERVICE}"
     if reach.error:
-        console.print(f"[red]the connect session to {CLUSTER} failed[/red]: {reach.error}; "
-                      f"`kubectl --context {CLUSTER} -n tether-bridge get pods` shows its agent, "
-                      f"and `tether quit` cleans up after a session that was cut short")
+        console.print(f"[red]the connect session to {CLUSTER} failed[/red]: {reach.error}; `kubectl --context "
+                      f"{CLUSTER} -n tether-bridge get pods,events` shows what its bridge agent did, and the "
+                      "demo is safe to run again")
         return
-    console.print(f"a connect session gave {CLUSTER}'s Service {where} the address {reach.resolved or '?'} "
-                  f"on this machine (port {PORT} answers on {reach.listening}; the traffic goes through a "
-                  f"bridge agent the session ran in {CLUSTER}), and its DNS server ({reach.dns_server}: "
-                  f"no root, no hosts file) answers {DNS_NAME} with {reach.resolved or 'nothing'}")
+    root_note = "" if reach.listening.endswith(f":{PORT}") else f", as port {PORT} needs root"
+    console.print(f"a connect session gave {CLUSTER}'s Service {NAMESPACE}/{SERVICE} an address on this machine, "
+                  f"{reach.listening}{root_note} (its traffic goes through a bridge agent the session ran in "
+                  f"{CLUSTER}), and a DNS server ({reach.dns_server}: no root, no hosts file) that answers "
+                  f"{DNS_NAME} with {reach.resolved or 'nothing'}")
     if reach.ok:
-        console.print(f"[green]as expected[/green]: http://{DNS_NAME}:{PORT}/ from this machine is "
+        port = reach.listening.rpartition(":")[2]
+        console.print(f"[green]as expected[/green]: http://{DNS_NAME}:{port}/ from this machine is "
                       f"answered by {CLUSTER}'s pod {reach.answer}; the session ended and removed its agent")
     else:
         console.print(f"[red]{DNS_NAME} did not answer from this machine[/red]: run `tether connect -n "
