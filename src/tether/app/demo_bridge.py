@@ -5,8 +5,8 @@ a developer does with it, as `tether connect` and `tether intercept` do them:
 
 1. Reach it by name. A connect session (`tether.bridge.connect`, the Python form of `tether
    connect`; its traffic goes through a bridge agent it runs in the cluster) gives the Service an
-   address on this machine (127.1.1.x) and runs a DNS server on 127.1.0.53 (a free port: port 53
-   needs root) that answers `greeter.bridge-demo` with it. No hosts file is written. The step
+   address on this machine (127.1.1.x) and runs a DNS server on 127.1.0.53 (on a free port, so no
+   root is needed) that answers `greeter.bridge-demo` with it. No hosts file is written. The step
    asks that DNS server, then the address it got, and shows which pod answered.
 2. Take some of its requests. A small HTTP server in this process on 127.0.0.1 stands for the
    program being developed; an intercept with route-as `demo` moves the Service to a routing
@@ -283,7 +283,8 @@ async def agent_channel(member: KubeClient, plan: intercepts.Plan) -> tuple[agen
 async def intercept(member: KubeClient, timeout_s: float) -> InterceptResult:
     """Intercept `greeter` for route-as `demo`, ask it with and without the header from inside
     the cluster, end the intercept, check the Service is restored and ask again."""
-    # A session a killed demo left (its token gone with that process) is ended first.
+    # A session a killed run left (the cluster would end it only once its Lease expires) is
+    # ended now, so every run begins the same way.
     await intercepts.end(member, NAMESPACE, ROUTE, reason="an earlier demo run left it")
     async with local_program() as (program, served):
         address = f"127.0.0.1:{program.port}"
@@ -313,7 +314,8 @@ async def intercept(member: KubeClient, timeout_s: float) -> InterceptResult:
                 with contextlib.suppress(Exception):
                     await channel.aclose()
             if agent is not None:
-                await agentpods.remove_agent(member, agent)
+                with contextlib.suppress(KubeError, agentpods.AgentError):  # the session owned it: GC removes it
+                    await agentpods.remove_agent(member, agent)
         served_count = len(served)
     restored = await service_restored(member)
     after = await ask_until(member, ROUTE, "", timeout_s)
