@@ -1,10 +1,12 @@
-"""`tether demo`: the KubeFed seed's flow, run as a user would, and its real per-cluster results."""
+"""`tether demo`: KubeFed's quick start, Karmada, pull mode, Connect and Bridge, run as a user would,
+and their real per-cluster results (the Bridge step's from its output and what it left: nothing)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +26,21 @@ def demo(data_dir: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=240)
 
 
-def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
+def assert_bridge_step(flat: str, greeter_pods: list[str]) -> None:
+    """The Bridge step's lines: reached by name from this machine, the request with the route-as
+    header answered here, the one without (and the one after leaving) by a greeter pod."""
+    # port 80 here when this machine may bind it (root), else the free port the session took
+    assert re.search(r"as expected: http://greeter\.bridge-demo:\d+/ from this machine is answered by "
+                     r"cluster's pod greeter-", flat), flat
+    assert "with `kubernetes-route-as: demo`: answered by the program on this machine" in flat
+    without = flat.split("the same request without the header: answered by ", 1)[1]
+    assert without.split()[0] == "pod" and without.split()[1] in greeter_pods, without[:200]
+    after = flat.split("with the header it is answered by ", 1)[1]
+    assert after.split()[0] == "pod" and after.split()[1] in greeter_pods, after[:200]
+    assert "as expected: only the request with `kubernetes-route-as: demo` reached this machine" in flat
+
+
+def test_demo_federates_the_sample_app_to_both_members(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
     env = dict(os.environ, KUBECONFIG=str(data_dir / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "cache"))
 
@@ -96,12 +112,31 @@ def test_demo_federates_the_seed_app_to_both_members(tmp_path: Path) -> None:
                                      capture_output=True, text=True, timeout=30)
                 assert dug.stdout.split() == [cluster_ip], dug.stdout + dug.stderr
             assert "pods in cluster1 find the mirror by name" in " ".join(run.stdout.split())
+            # Bridge: greeter in cluster reached by name from here, then intercepted by route-as
+            greeter_pods = kubectl("cluster", "-n", "bridge-demo", "get", "pods", "-l", "app=greeter")["items"]
+            assert greeter_pods, "the Bridge step's greeter runs in cluster"
+            assert_bridge_step(flat, [p["metadata"]["name"] for p in greeter_pods])
+            assert "answers greeter.bridge-demo with 127.1." in flat
+            # ... and left the Service as it was, nothing of the session and no bridge agent behind
+            greeter = kubectl("cluster", "-n", "bridge-demo", "get", "service", "greeter")
+            assert greeter["spec"]["selector"] == {"app": "greeter"}
+            for kind in ("deployments", "configmaps", "leases", "services", "serviceaccounts"):
+                left = kubectl("cluster", "-n", "bridge-demo", "get", kind, "-l",
+                               "app.kubernetes.io/managed-by=tether")["items"]
+                assert [i["metadata"]["name"] for i in left if not i["metadata"].get("deletionTimestamp")] == []
+            agents = kubectl("cluster", "get", "deployments", "-A", "-l",
+                             "app.kubernetes.io/component=bridge-agent")
+            assert agents["items"] == []
+            assert not list((data_dir / "bridge" / "sessions").glob("*.json"))
         else:
             assert "propagation skipped" in run.stdout
         again = demo(data_dir)
         assert again.returncode == 0, again.stdout + again.stderr  # re-running is idempotent
         assert "already joined" in again.stdout
         assert "edge was registered by an earlier run" in " ".join(again.stdout.split())
+        if HAS_HUB:
+            greeter_pods = kubectl("cluster", "-n", "bridge-demo", "get", "pods", "-l", "app=greeter")["items"]
+            assert_bridge_step(" ".join(again.stdout.split()), [p["metadata"]["name"] for p in greeter_pods])
     finally:
         subprocess.run([sys.executable, "-m", "tether", "local", "down", "--data-dir", str(data_dir)],
                        capture_output=True, timeout=60)

@@ -18,6 +18,9 @@
 7. Connect (`demo_connect`): a Service of `cluster` mirrored into `cluster1` by the hub's
    `MirrorPolicy`, with the other cluster's pod addresses as endpoints, and asked over HTTP
    through the mirror's ClusterIP.
+8. Bridge (`demo_bridge`): a Service of `cluster` reached by name from this machine through a
+   connect session, then intercepted: requests carrying `kubernetes-route-as: demo` answered by
+   an HTTP server in this process, the rest by the pods; the Service restored afterwards.
 
 Every step is idempotent (server-side apply, join of a joined cluster), so running the demo
 again repairs or confirms the same state.
@@ -38,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tether.app import clusterproxy as proxy_app
-from tether.app import demo_connect, demo_pull
+from tether.app import demo_bridge, demo_connect, demo_pull
 from tether.app.hub import Hub
 from tether.app.hubconfig import HubConfig
 from tether.federation import bootstrap, install, registry
@@ -433,6 +436,7 @@ def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> l
         f"kubectl --context hub get clusters   # {demo_pull.MEMBER} is Pull: it registered itself",
         f"kubectl --context cluster1 -n {demo_connect.MIRROR_NAMESPACE} get svc,endpointslices"
         "   # the mirror of cluster's hello",
+        *demo_bridge.try_lines(),
     ]
     if propagated:
         lines.append("tether hub run --context hub   # keep propagating after the demo exits")
@@ -445,7 +449,8 @@ def next_steps(layout: supervisor.Layout, data_dir: Path, propagated: bool) -> l
 
 
 async def _demo(layout: supervisor.Layout, console: Console
-                ) -> tuple[list[MemberResult], KarmadaResult, demo_pull.PullResult, demo_connect.ConnectResult, bool]:
+                ) -> tuple[list[MemberResult], KarmadaResult, demo_pull.PullResult, demo_connect.ConnectResult,
+                           demo_bridge.BridgeResult, bool]:
     kubeconfig = layout.kubeconfig
     async with KubeClient.from_kubeconfig(kubeconfig, HOST) as host:
         with console.status("installing the hub on `hub`"):
@@ -490,7 +495,8 @@ async def _demo(layout: supervisor.Layout, console: Console
                                 "cluster's pods"):
                 connect = await demo_connect.wait_connect(kubeconfig, PROPAGATION_WAIT_S)
             print_connect(console, connect)
-    return results, karmada, pull, connect, True
+            bridged = await demo_bridge.bridge_step(kubeconfig, layout.root, console, PROPAGATION_WAIT_S)
+    return results, karmada, pull, connect, bridged, True
 
 
 async def reach_step(host: KubeClient, layout: supervisor.Layout, console: Console,
@@ -543,7 +549,7 @@ def run(data_dir: Path, console: Console) -> int:
         return 1
     console.print(f"[green]local clusters running[/green]: {cluster_words(state)} (data in {data_dir})")
     try:
-        results, karmada, pull, connect, propagated = asyncio.run(_demo(layout, console))
+        results, karmada, pull, connect, bridged, propagated = asyncio.run(_demo(layout, console))
     except (KubeError, registry.RegistryError, bootstrap.BootstrapError, TimeoutError,
             proxy_app.ProxySetupError) as exc:
         console.print(f"[red]error:[/red] {exc}")
@@ -555,4 +561,4 @@ def run(data_dir: Path, console: Console) -> int:
         console.print(f"  {line}", soft_wrap=True, highlight=False)
     console.print(f"Stop with: tether local down --data-dir {data_dir}   (this run's log: {data_dir / 'demo.log'})",
                   soft_wrap=True, highlight=False)
-    return 0 if not propagated or (kubefed_ok and karmada.ok and pull.ok and connect.ok) else 1
+    return 0 if not propagated or (kubefed_ok and karmada.ok and pull.ok and connect.ok and bridged.ok) else 1

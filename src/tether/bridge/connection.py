@@ -84,6 +84,12 @@ class Connection:
         host, local = self.address(name, port, namespace=namespace)
         return f"{scheme}://{host}:{local}"
 
+    @property
+    def dns_server(self) -> tuple[str, int] | None:
+        """Where the session's DNS server answers the mapped names (`connect(dns=True)`), else None."""
+        dns = self._session.dns
+        return (dns.host, dns.port) if dns is not None else None
+
     def addresses(self, cluster: str | None = None) -> dict[tuple[str, str], ServiceAddress]:
         """The mappings as `tether.bridge.environment(addresses=...)` takes them."""
         result: dict[tuple[str, str], ServiceAddress] = self._call(lambda: self._session.addresses(cluster))

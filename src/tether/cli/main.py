@@ -69,7 +69,8 @@ def demo(
                                                   "from your own clusters' [default: "
                                                   "$TETHER_HOME/demo]")] = None,
 ) -> None:
-    """Start a hub and two member clusters, join them, and federate a sample app."""
+    """Start local clusters (a hub, three members), federate a sample app, mirror a Service, and
+    reach and intercept a member's Service from this machine."""
     from tether.app import demo as demo_app
     from tether.net import daemon
 
