@@ -90,14 +90,14 @@ def base_args(clusters: Any) -> list[str]:
 
 def tether(clusters: Any, *args: str, state: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tether", *args, *base_args(clusters)], capture_output=True,
-                          text=True, timeout=180, env={**os.environ, "XDG_STATE_HOME": str(state)})
+                          text=True, timeout=180, env={**os.environ, "TETHER_HOME": str(state)})
 
 
 def start_intercept(clusters: Any, *args: str, state: Path, log: Path) -> subprocess.Popen[bytes]:
     handle = log.open("ab")
     return subprocess.Popen([sys.executable, "-m", "tether", "intercept", SVC, "-n", NS, *args, *base_args(clusters)],
                             stdout=handle, stderr=subprocess.STDOUT,
-                            env={**os.environ, "XDG_STATE_HOME": str(state), "USER": "naison"})
+                            env={**os.environ, "TETHER_HOME": str(state), "USER": "naison"})
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -316,7 +316,7 @@ def test_command_gets_the_pods_environment_and_ends_the_intercept(clusters: Any,
         [sys.executable, "-m", "tether", "intercept", f"deploy/{SVC}", "-n", NS, "--port", "3001", "--route-as",
          "cmd-0001",
          *base_args(clusters), "--", "sh", "-c", f'echo "$STATS_MODE" > {out}; exit 3'],
-        capture_output=True, text=True, timeout=180, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+        capture_output=True, text=True, timeout=180, env={**os.environ, "TETHER_HOME": str(tmp_path)})
     assert result.returncode == 3, result.stderr  # the command's own exit code
     assert out.read_text().strip() == "seed"
     assert "intercept cmd-0001 ended" in result.stderr
@@ -438,7 +438,7 @@ def test_a_command_stops_when_its_intercept_is_ended_elsewhere(clusters: Any, ap
     process = subprocess.Popen(
         [sys.executable, "-m", "tether", "intercept", f"deploy/{SVC}", "-n", NS, "--port", "3001", "--route-as",
          "cmd-0002", *base_args(clusters), "--", "sh", "-c", f"touch {started}; exec sleep 3600"],
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "TETHER_HOME": str(tmp_path)})
     try:
         poll(started.exists, timeout=TIMEOUT_S, interval=0.5, what="the intercept running its command")
         left = tether(clusters, "leave", "cmd-0002", "-n", NS, state=tmp_path)

@@ -38,6 +38,7 @@ from tether.bridge import routing
 from tether.bridge.channel import BridgeError
 from tether.bridge.target import KINDS
 from tether.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound, Preconditions
+from tether.net.daemon import state_home
 from tether.objects.selectors import label_selector_to_string
 from tether.objects.times import micro_time, now_rfc3339, parse_time
 from tether.version import IMAGE
@@ -287,8 +288,8 @@ def router_objects(plan: Plan, listen: Mapping[int, int]) -> list[dict[str, Any]
 
 
 def _state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "tether" / "intercepts"
+    # under the one root of tether's per-user state, like every other file tether keeps
+    return state_home() / "intercepts"
 
 
 def _token_path(context: str, namespace: str, route: str) -> Path:
