@@ -139,10 +139,10 @@ def work_info(work: Obj) -> WorkInfo:
         overwrite=spec.get("conflictResolution") == "Overwrite",
         preserve_on_deletion=spec.get("preserveResourcesOnDeletion") is True,
         manifests=tuple(m for m in items(nested(spec, "workload", "manifests"))
-                        if isinstance(m, Mapping)),
+                        if isinstance(m, dict | Mapping)),
         applied=_applied(status.get("conditions")),
         manifest_statuses=tuple(_manifest_report(e) for e in items(status.get("manifestStatuses"))
-                                if isinstance(e, Mapping)),
+                                if isinstance(e, dict | Mapping)),
         spec=spec,
         status=status,
     )
@@ -172,7 +172,7 @@ def _manifest_report(entry: Mapping[str, Any]) -> ManifestReport:
         kind=_str(ident.get("kind")),
         name=_str(ident.get("name")),
         applied=entry.get("applied") is True,
-        status=observed if isinstance(observed, Mapping) else None,
+        status=observed if isinstance(observed, dict | Mapping) else None,
         generation=_int(entry.get("generation")),
         latency_seconds=float(latency) if isinstance(latency, int | float)
         and not isinstance(latency, bool) else None,
@@ -188,8 +188,10 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _strings(value: Any) -> dict[str, str]:
-    return {str(k): v for k, v in mapping(value).items() if isinstance(v, str)}
+def _strings(value: Any) -> Mapping[str, str]:
+    """A labels or annotations map. The API server only stores string values there, so the
+    informer's own dict is used as it is (a Work is parsed on every event: no copy)."""
+    return value if isinstance(value, dict) else {}
 
 
 # status --------------------------------------------------------------------------------------
