@@ -8,6 +8,7 @@ import pytest
 
 from tether.federation.bindings import binding, binding_name, health, with_times
 from tether.federation.model import ResourceRef
+from tether.federation.workinfo import WorkInfo, work_info
 
 TEMPLATE: dict[str, Any] = {
     "apiVersion": "apps/v1", "kind": "Deployment",
@@ -23,7 +24,8 @@ POLICY: dict[str, Any] = {
 
 
 def work(cluster: str, replicas: int, *, applied: bool | None, ready: int = 0,
-         message: str = "") -> dict[str, Any]:
+         message: str = "") -> WorkInfo:
+    """A Work as the hub's informer hands it to the binding writer (parsed)."""
     out: dict[str, Any] = {
         "metadata": {"name": "deployment-shop-nginx", "namespace": f"tether-es-{cluster}",
                      "generation": 2},
@@ -40,7 +42,7 @@ def work(cluster: str, replicas: int, *, applied: bool | None, ready: int = 0,
         if applied:
             entry["status"] = {"replicas": replicas, "readyReplicas": ready}
         out["status"] = {"conditions": [cond], "manifestStatuses": [entry]}
-    return out
+    return work_info(out)
 
 
 def test_names_as_karmada_generates_them() -> None:
@@ -73,7 +75,7 @@ def test_not_applied_or_not_ready_yet() -> None:
     rb = binding(TEMPLATE, POLICY, [
         work("member1", 2, applied=False, message="Deployment shop/nginx already exists"),
         work("member2", 1, applied=True, ready=0),
-        {**work("member3", 1, applied=None)},
+        work("member3", 1, applied=None),
     ], {})
     conds = {c["type"]: c for c in rb["status"]["conditions"]}
     assert conds["FullyApplied"]["status"] == "False"

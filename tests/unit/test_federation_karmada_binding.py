@@ -21,6 +21,7 @@ from tether.federation.karmada_binding import (
     workload_groups,
 )
 from tether.federation.model import ClusterInfo, ResourceRef, Taint
+from tether.federation.workinfo import work_info, work_up_to_date
 
 T0 = 1_700_000_000.0
 TEMPLATE: dict[str, Any] = {
@@ -67,7 +68,7 @@ class Hub:
 
     def reconcile(self, policy: dict[str, Any], clusters: list[ClusterInfo], *,
                   fresh: bool = False, overrides: list[dict[str, Any]] | None = None) -> Finished:
-        binding = read_binding(self.template, self.works.values())
+        binding = read_binding(self.template, [work_info(w) for w in self.works.values()])
         prepared = self.step.prepare(KEY, REF, policy, binding, clusters,
                                      {c.name: c for c in clusters}, workload_groups(
                                          self.template, policy, ()))
@@ -84,7 +85,7 @@ class Hub:
                 del self.works[cluster]
             for desired in finished.desired:
                 current = self.works.get(desired.cluster)
-                if not W.work_up_to_date(current, desired):
+                if not work_up_to_date(work_info(current) if current else None, desired):
                     self.works[desired.cluster] = _unapplied(desired.body)
         if finished.tasks_annotation is not None:
             annotations = self.template["metadata"].setdefault("annotations", {})

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from tether.federation import works as W
 from tether.federation.model import PropagationPlan, ResourceRef, WorkItem
+from tether.federation.workinfo import (
+    cluster_result,
+    scheduled_replicas,
+    work_info,
+    work_up_to_date,
+)
 
 SOURCE = ResourceRef("apps/v1", "Deployment", "shop", "web")
 
@@ -29,16 +35,16 @@ def test_desired_works_point_back_at_the_source() -> None:
     [applied] = work.body["spec"]["workload"]["manifests"]
     assert applied["metadata"]["annotations"][W.WORK_NAME_ANNOTATION] == \
         "tether-es-c1/deployment-shop-web"
-    assert W.work_up_to_date({**work.body}, work)
+    assert work_up_to_date(work_info({**work.body}), work)
 
 
 def test_cluster_result_waits_for_the_current_generation() -> None:
     work = {"metadata": {"generation": 2, "namespace": "tether-es-c1"},
             "status": {"conditions": [{"type": "Applied", "status": "False", "reason": "Conflict",
                                        "message": "taken", "observedGeneration": 1}]}}
-    assert W.cluster_result(work, SOURCE, kubefed=False) is None
+    assert cluster_result(work_info(work), SOURCE, kubefed=False) is None
     work["status"]["conditions"][0]["observedGeneration"] = 2
-    result = W.cluster_result(work, SOURCE, kubefed=True)
+    result = cluster_result(work_info(work), SOURCE, kubefed=True)
     assert result is not None and (result.applied, result.reason) == (False, "AlreadyExists")
 
 
@@ -60,7 +66,8 @@ def test_scheduled_replicas_reads_each_clusters_work() -> None:
     plan = PropagationPlan(SOURCE, "kubefed", works=(WorkItem("c1", deploy(4)), WorkItem("c2", deploy(2))))
     bodies = [w.body for w in W.desired_works(plan, extra_manifests=[
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "spec": {"replicas": 9}}])]
-    assert W.scheduled_replicas(bodies, "Deployment") == {"c1": 4, "c2": 2}
+    assert scheduled_replicas([work_info(b) for b in bodies], "Deployment") == {"c1": 4, "c2": 2}
     bodies[1]["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
-    assert W.scheduled_replicas(bodies, "Deployment") == {"c1": 4}
-    assert W.scheduled_replicas(bodies, "ReplicaSet") == {}
+    infos = [work_info(b) for b in bodies]
+    assert scheduled_replicas(infos, "Deployment") == {"c1": 4}
+    assert scheduled_replicas(infos, "ReplicaSet") == {}

@@ -26,12 +26,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.objects import Obj
-
 from ._util import mapping, nested
 from .failover import EvictionTask, parse_tasks
 from .scheduler import Previous
-from .works import DesiredWork, scheduled_replicas, work_cluster
+from .workinfo import WorkInfo, scheduled_replicas
+from .works import DesiredWork
 
 REPLICAS_ANNOTATION = "work.tether.io/replicas"
 PLACEMENT_ANNOTATION = "work.tether.io/applied-placement"
@@ -76,24 +75,24 @@ class Binding:
     policy: str = ""  # the claiming policy, "" when unknown
     policy_hash: str = ""
     template_hash: str = ""
-    works: Mapping[str, Obj] = field(default_factory=dict)  # cluster → Work (not being deleted)
+    works: Mapping[str, WorkInfo] = field(default_factory=dict)  # cluster → Work (not deleting)
 
     @property
     def scheduled(self) -> Mapping[str, int]:
         return self.previous.clusters
 
 
-def read_binding(template: Mapping[str, Any], works: Iterable[Obj]) -> Binding:
+def read_binding(template: Mapping[str, Any], works: Iterable[WorkInfo]) -> Binding:
     tasks = parse_tasks(nested(template, "metadata", "annotations", EVICTION_ANNOTATION))
     evicting = frozenset(t.from_cluster for t in tasks)
-    live = {work_cluster(w): w for w in works if not nested(w, "metadata", "deletionTimestamp")}
+    live = {w.cluster: w for w in works if not w.deleting}
     kind = str(template.get("kind", ""))
-    fallback = scheduled_replicas(live.values(), kind)
+    fallback = scheduled_replicas(list(live.values()), kind)
     clusters: dict[str, int] = {}
     placements: set[str] = set()
     affinity = policy = p_hash = t_hash = ""
     for cluster, work in sorted(live.items()):
-        annotations = mapping(nested(work, "metadata", "annotations"))
+        annotations = work.annotations
         if cluster in evicting:
             continue
         raw = annotations.get(REPLICAS_ANNOTATION)

@@ -33,6 +33,7 @@ from ._util import as_int, items, mapping, nested, thaw
 from .crds import KARMADA_WORK_GROUP
 from .karmada import REPLICA_FIELDS, workload_replicas
 from .model import ResourceRef
+from .workinfo import WorkInfo, cluster_result
 
 BINDING_API_VERSION = f"{KARMADA_WORK_GROUP}/v1alpha2"
 FIELD_MANAGER = "tether-bindings"
@@ -54,16 +55,13 @@ def binding_kind(namespace: str) -> str:
     return "ResourceBinding" if namespace else "ClusterResourceBinding"
 
 
-def _manifest_replicas(work: Obj, ref: ResourceRef) -> int | None:
+def _manifest_replicas(work: WorkInfo, ref: ResourceRef) -> int | None:
     field_name = REPLICA_FIELDS.get(ref.kind)
-    if field_name is None:
+    manifest = work.manifest(ref) if field_name is not None else None
+    if field_name is None or manifest is None:
         return None
-    for manifest in items(nested(work, "spec", "workload", "manifests")):
-        if mapping(manifest).get("kind") == ref.kind and nested(manifest, "metadata",
-                                                                 "name") == ref.name:
-            value = nested(manifest, "spec", field_name)
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-    return None
+    value = nested(manifest, "spec", field_name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def health(ref: ResourceRef, status: Mapping[str, Any] | None) -> str:
@@ -86,26 +84,25 @@ def _condition(kind: str, ok: bool, reason: str, message: str) -> Obj:
             "message": message}
 
 
-def binding(template: Obj, policy: Mapping[str, Any], works: list[Obj],
+def binding(template: Obj, policy: Mapping[str, Any], works: list[WorkInfo],
             report: Mapping[str, Any]) -> Obj:
     """The binding of a claimed template: its spec and status (without timestamps, which the
     writer keeps from the current binding while a condition does not change)."""
     meta = mapping(template.get("metadata"))
     ref = ResourceRef(str(template.get("apiVersion")), str(template.get("kind")),
                       str(meta.get("namespace") or ""), str(meta.get("name")))
-    live = sorted((w for w in works if not nested(w, "metadata", "deletionTimestamp")),
-                  key=W.work_cluster)
+    live = sorted((w for w in works if not w.deleting), key=lambda w: w.cluster)
     clusters: list[Obj] = []
     aggregated: list[Obj] = []
     applied_all = bool(live)
     for work in live:
-        cluster = W.work_cluster(work)
+        cluster = work.cluster
         target: dict[str, Any] = {"name": cluster}
         replicas = _manifest_replicas(work, ref)
         if replicas is not None:
             target["replicas"] = replicas
         clusters.append(target)
-        result = W.cluster_result(work, ref, kubefed=False)
+        result = cluster_result(work, ref, kubefed=False)
         item: dict[str, Any] = {"clusterName": cluster}
         if result is None:
             applied_all = False
@@ -188,7 +185,7 @@ class BindingViews:
     host: KubeClient
     template_of: Callable[[TemplateKey], Obj | None]
     policy_of: Callable[[Obj], Mapping[str, Any] | None]
-    works_of: Callable[[ResourceRef], list[Obj]]
+    works_of: Callable[[ResourceRef], list[WorkInfo]]
     report_of: Callable[[Obj], Mapping[str, Any]]
     now: Callable[[], str]
     engine: Engine[TemplateKey] = field(init=False)

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.engine import Engine, RequeueAfter
 from tether.kube import Informer, KubeClient, NotFound, ObjectKey, WatchEvent
-from tether.objects import Obj
 
 from . import works as W
-from ._util import nested, start_in
+from ._util import start_in
 from .dependencies import (
     DEPENDENCY_DIALECT,
     DEPENDENCY_KINDS,
@@ -32,6 +31,7 @@ from .dependencies import (
     dependency_works,
 )
 from .model import PropagationPlan, ResourceRef
+from .workinfo import WorkInfo
 
 if TYPE_CHECKING:
     from .propagation import HubInformers
@@ -40,10 +40,10 @@ log = logging.getLogger(__name__)
 
 
 class WorkWriter(Protocol):
-    async def write_works(self, desired: list[W.DesiredWork], existing: list[Obj],
+    async def write_works(self, desired: list[W.DesiredWork], existing: list[WorkInfo],
                           plan: PropagationPlan) -> None: ...
 
-    async def delete_work(self, work: Obj, *, preserve: bool | None = None) -> None: ...
+    async def delete_work(self, work: WorkInfo, *, preserve: bool | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,9 @@ class DependencySync:
 
     def on_work(self, event: WatchEvent) -> None:
         """Every Work event of the hub (template Works and dependency Works)."""
-        work = event.object
-        found = W.work_source(work)
-        if found is None:
+        work = self.shared.work_info(event.key)
+        found = work.origin if work is not None else None
+        if work is None or found is None:
             return
         dialect, ref = found
         if dialect == DEPENDENCY_DIALECT:
@@ -112,16 +112,12 @@ class DependencySync:
         if dialect != "karmada":
             return
         before = self._requirers.pop(event.key, None)
-        text = str(nested(work, "metadata", "annotations", REQUIRES_ANNOTATION) or "")
-        deleting = event.type == "DELETED" or bool(nested(work, "metadata",
-                                                          "deletionTimestamp"))
+        text = work.annotations.get(REQUIRES_ANNOTATION, "")
+        deleting = event.type == "DELETED" or work.deleting
         needs = frozenset() if deleting else decode_requires(text, ref.namespace)
         if needs:
-            spec = work.get("spec") or {}
             self._requirers[event.key] = _Requirer(
-                ref, W.work_cluster(work), needs,
-                spec.get("conflictResolution") == "Overwrite",
-                spec.get("preserveResourcesOnDeletion") is True)
+                ref, work.cluster, needs, work.overwrite, work.preserve_on_deletion)
             self._watch()
         for dep in (before.needs if before else frozenset()) | needs:
             self.engine.enqueue(dep)
@@ -156,7 +152,7 @@ class DependencySync:
     async def reconcile(self, ref: ResourceRef) -> None:
         requirers = [r for r in self._requirers.values() if ref in r.needs]
         existing = [w for k in sorted(self._dep_works.get(ref, ()))
-                    if (w := self.shared.works.get(k.namespace, k.name)) is not None]
+                    if (w := self.shared.work_info(k)) is not None]
         if not requirers:
             await _all(self.writer.delete_work(w) for w in existing)
             return

@@ -79,6 +79,7 @@ from .model import (
 )
 from .ordering import delete_order, tier
 from .propagation import Echoes, HubInformers, unjoining
+from .workinfo import WorkInfo
 
 log = logging.getLogger(__name__)
 STATUS_MANAGER = "tether-execution"
@@ -357,14 +358,14 @@ class WorkExecutor:
     # works -------------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey) -> None:
-        work = self.shared.works.get(key.namespace, key.name)
+        work = self.shared.work_info(key)
         if work is None:
             self._failures.pop(key, None)
             self._unwritten.pop(key, None)
             return
-        cluster_name = W.work_cluster(work)
+        cluster_name = work.cluster
         cluster = self.shared.clusters.get(None, cluster_name)
-        deleting = bool(nested(work, "metadata", "deletionTimestamp"))
+        deleting = work.deleting
         if unjoining(cluster):
             if deleting:  # the cluster is leaving: unjoin cleans (or keeps) member objects
                 await self._set_finalizer(work, False)
@@ -379,7 +380,7 @@ class WorkExecutor:
                 await self._set_finalizer(work, False)
                 return
             unwritten = self._unwritten.pop(key, None)
-            if unwritten is not None and unwritten[0] == W.generation(work):
+            if unwritten is not None and unwritten[0] == work.generation:
                 # applied in a burst, report put off: write it as it was (a change in the member
                 # since would have dropped it, and the objects would be applied again instead)
                 await self._write_status(work, unwritten[1])
@@ -390,12 +391,12 @@ class WorkExecutor:
             outcomes = [_Outcome({}, "ClusterUnreachable", str(exc))]
         except Unreachable as exc:
             outcomes = [_Outcome({}, "ClusterUnreachable", exc.message)]
-        if (self.engine.backlog() and not W.reported(work)
+        if (self.engine.backlog() and not work.reported
                 and not any(o.error_reason for o in outcomes)):
             # A burst: more Works wait to be applied. Their objects reaching the members comes
             # first; this first report waits in the background lane (served once nothing else
             # waits) and is then written as it is now, without applying again.
-            self._unwritten[key] = (W.generation(work), outcomes)
+            self._unwritten[key] = (work.generation, outcomes)
             self.engine.defer(key)
             return
         await self._write_status(work, outcomes)
@@ -405,30 +406,29 @@ class WorkExecutor:
             raise RequeueAfter(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (failures - 1)))
         self._failures.pop(key, None)
 
-    async def _set_finalizer(self, work: Obj, present: bool) -> None:
-        finalizers = [str(f) for f in items(nested(work, "metadata", "finalizers"))]
+    async def _set_finalizer(self, work: WorkInfo, present: bool) -> None:
+        finalizers = list(work.finalizers)
         if (W.EXECUTION_FINALIZER in finalizers) == present:
             return
         finalizers = ([*finalizers, W.EXECUTION_FINALIZER] if present
                       else [f for f in finalizers if f != W.EXECUTION_FINALIZER])
-        meta = mapping(work.get("metadata"))
         try:
             written = await self.host.patch(
-                WORK_API_VERSION, "Work", str(meta.get("name")),
+                WORK_API_VERSION, "Work", work.name,
                 {"metadata": {"finalizers": finalizers,
-                              "resourceVersion": meta.get("resourceVersion")}},
-                namespace=str(meta.get("namespace")), field_manager=STATUS_MANAGER)
+                              "resourceVersion": work.resource_version or None}},
+                namespace=work.namespace, field_manager=STATUS_MANAGER)
             self.echoes.wrote(object_key(written), written)
         except Conflict:
             raise RequeueAfter(0.1) from None  # a newer Work is on its way through the informer
         except NotFound:
             pass
 
-    async def _delete_member_objects(self, work: Obj, client: KubeClient) -> None:
-        if nested(work, "spec", "preserveResourcesOnDeletion") is True:
+    async def _delete_member_objects(self, work: WorkInfo, client: KubeClient) -> None:
+        if work.preserve_on_deletion:
             await release_member_objects(work, client)
             return
-        manifests = [mapping(m) for m in items(nested(work, "spec", "workload", "manifests"))]
+        manifests = work.manifests
         for manifest in delete_order([dict(m) for m in manifests]):
             meta = mapping(manifest.get("metadata"))
             try:
@@ -460,9 +460,8 @@ class WorkExecutor:
                     raise
         member.namespaces.add(namespace)
 
-    async def _apply(self, work: Obj, cluster: str, member: _Member) -> list[_Outcome]:
-        ensure = str(nested(work, "metadata", "annotations", W.ENSURE_NAMESPACE_ANNOTATION)
-                     or "")
+    async def _apply(self, work: WorkInfo, cluster: str, member: _Member) -> list[_Outcome]:
+        ensure = work.annotations.get(W.ENSURE_NAMESPACE_ANNOTATION, "")
         cached = ensure in member.namespaces
         outcomes = await self._apply_pass(work, cluster, member, ensure)
         if any(o.error_reason == "NamespaceNotFound" for o in outcomes):
@@ -474,33 +473,25 @@ class WorkExecutor:
                 outcomes = await self._apply_pass(work, cluster, member, ensure)
         return outcomes
 
-    async def _apply_pass(self, work: Obj, cluster: str, member: _Member,
+    async def _apply_pass(self, work: WorkInfo, cluster: str, member: _Member,
                           ensure: str) -> list[_Outcome]:
         client = member.client
-        spec = mapping(work.get("spec"))
-        annotations = mapping(nested(work, "metadata", "annotations"))
         if ensure:
             await self._ensure_namespace(member, ensure)
-        abort = spec.get("conflictResolution", "Abort") != "Overwrite"
-        gen = W.generation(work)
-        applied_cond = W.condition(work, W.APPLIED)
-        caught_up = (applied_cond is not None and applied_cond.get("status") == "True"
-                     and applied_cond.get("observedGeneration") == gen)
-        previous = {int(mapping(mapping(e).get("identifier")).get("ordinal", -1)): mapping(e)
-                    for e in items(nested(work, "status", "manifestStatuses"))}
-        changed_at = _float(annotations.get(W.CHANGED_AT_ANNOTATION))
-        manifests = [thaw(m) for m in items(nested(spec, "workload", "manifests"))]
+        abort = not work.overwrite
+        caught_up = work.applied_ok
+        previous = {m.ordinal: m for m in work.manifest_statuses}
+        changed_at = _float(work.annotations.get(W.CHANGED_AT_ANNOTATION))
+        manifests = [thaw(m) for m in work.manifests]
         order = sorted(range(len(manifests)), key=lambda i: tier(str(manifests[i].get("kind"))))
         outcomes: dict[int, _Outcome] = {}
         for ordinal in order:
             manifest = manifests[ordinal]
             prev = previous.get(ordinal)
             outcome = await self._apply_one(cluster, member, manifest, ordinal, abort=abort,
-                                            caught_up=caught_up and bool(prev and prev.get(
-                                                "applied")),
-                                            prev=prev, changed_at=changed_at,
-                                            dialect=str(nested(work, "metadata", "labels",
-                                                               W.DIALECT_LABEL) or ""))
+                                            caught_up=caught_up and bool(prev and prev.applied),
+                                            prev=prev.raw if prev else None,
+                                            changed_at=changed_at, dialect=work.dialect)
             outcomes[ordinal] = outcome
             if outcome.error_reason == "ClusterUnreachable":
                 break
@@ -569,9 +560,9 @@ class WorkExecutor:
                 entry["appliedAt"] = rfc3339(time.time())
         return _Outcome(entry)
 
-    async def _write_status(self, work: Obj, outcomes: list[_Outcome]) -> None:
+    async def _write_status(self, work: WorkInfo, outcomes: list[_Outcome]) -> None:
         errors = [o for o in outcomes if o.error_reason]
-        gen = W.generation(work)
+        gen = work.generation
         if errors:
             cond: Obj = {"type": W.APPLIED, "status": "False", "reason": errors[0].error_reason,
                          "message": "; ".join(o.error_message for o in errors)}
@@ -579,23 +570,21 @@ class WorkExecutor:
             cond = {"type": W.APPLIED, "status": "True", "reason": "AppliedSuccessful",
                     "message": "Manifest has been successfully applied"}
         cond["observedGeneration"] = gen
-        old = W.condition(work, W.APPLIED)
+        old = work.applied
         cond["lastTransitionTime"] = (
-            str(old["lastTransitionTime"])
-            if old is not None and old.get("status") == cond["status"]
-            and old.get("lastTransitionTime") else rfc3339(time.time()))
+            old.last_transition_time
+            if old is not None and old.status == cond["status"]
+            and old.last_transition_time else rfc3339(time.time()))
         entries = [o.entry for o in outcomes if o.entry]
         if not entries:  # nothing reached the member: keep what we knew
-            entries = [thaw(e) for e in items(nested(work, "status", "manifestStatuses"))]
+            entries = [thaw(e) for e in items(work.status.get("manifestStatuses"))]
         status = {"conditions": [cond], "manifestStatuses": entries}
-        current = mapping(work.get("status"))
-        if W.strip_volatile(dict(current)) == W.strip_volatile(status):
+        if W.strip_volatile(dict(work.status)) == W.strip_volatile(status):
             return
-        meta = mapping(work.get("metadata"))
         try:
-            written = await self.host.patch(WORK_API_VERSION, "Work", str(meta.get("name")),
+            written = await self.host.patch(WORK_API_VERSION, "Work", work.name,
                                             {"status": status},
-                                            namespace=str(meta.get("namespace")),
+                                            namespace=work.namespace,
                                             subresource="status", field_manager=STATUS_MANAGER)
             self.echoes.wrote(object_key(written), written)
         except NotFound:
@@ -604,20 +593,19 @@ class WorkExecutor:
                 "Namespace", "CustomResourceDefinition") for o in outcomes):
             # what lives in it may have been waiting: give the cluster's other Works a pass
             for key in self.shared.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
-                if key.namespace == meta.get("namespace") and key.name != meta.get("name"):
+                if key.namespace == work.namespace and key.name != work.name:
                     self.engine.enqueue(key)
 
 
-async def release_member_objects(work: Obj, client: KubeClient) -> None:
+async def release_member_objects(work: WorkInfo, client: KubeClient) -> None:
     """Leave a Work's objects in the member as the member's own: without tether's labels and
     annotations (as Karmada strips its own, and KubeFed its managed label, when preserving), so
     nothing tether does later (an unjoin, say) takes them for its own. A namespace tether
     created for them loses its label too: unjoin would delete it, and them with it."""
-    manifests = [mapping(m) for m in items(nested(work, "spec", "workload", "manifests"))]
     targets = [(str(m.get("apiVersion")), str(m.get("kind")),
                 str(nested(m, "metadata", "name")),
-                str(nested(m, "metadata", "namespace") or "") or None) for m in manifests]
-    ensured = str(nested(work, "metadata", "annotations", W.ENSURE_NAMESPACE_ANNOTATION) or "")
+                str(nested(m, "metadata", "namespace") or "") or None) for m in work.manifests]
+    ensured = work.annotations.get(W.ENSURE_NAMESPACE_ANNOTATION, "")
     if ensured:
         targets.append(("v1", "Namespace", ensured, None))
     for api_version, kind, name, namespace in targets:

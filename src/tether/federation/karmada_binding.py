@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tether.objects import Obj
-
 from . import works as W
 from ._util import items, mapping, nested
 from .binding import (
@@ -55,6 +53,7 @@ from .failover import (
 from .model import ClusterFailure, ClusterInfo, PropagationPlan, ResourceRef, WorkItem
 from .policycheck import dispatching_suspended, lazy, suspended_clusters
 from .scheduler import Groups, Previous
+from .workinfo import WorkInfo, work_up_to_date
 
 SUSPEND_DISPATCHING = "SuspendDispatching"
 EVICTING = "Evicting"
@@ -81,22 +80,15 @@ class Finished:
     recheck_at: float | None = None
 
 
-def work_health(work: Obj | None, ref: ResourceRef) -> str:
+def work_health(work: WorkInfo | None, ref: ResourceRef) -> str:
     """The health of the template's copy as the Work last reported it."""
-    if work is None:
+    if work is None or not work.applied_ok:
         return UNKNOWN
-    applied = W.condition(work, W.APPLIED)
-    if applied is None or applied.get("status") != "True" or applied.get(
-            "observedGeneration") != W.generation(work):
-        return UNKNOWN
-    entry = W.manifest_status(work, ref)
-    manifest = next((mapping(m) for m in items(nested(work, "spec", "workload", "manifests"))
-                     if mapping(m).get("kind") == ref.kind
-                     and nested(m, "metadata", "name") == ref.name), None)
+    entry = work.manifest_status(ref)
+    manifest = work.manifest(ref)
     if entry is None or manifest is None:
         return UNKNOWN
-    return interpret_health(manifest, {"status": entry.get("status"),
-                                       "generation": entry.get("generation")})
+    return interpret_health(manifest, {"status": entry.status, "generation": entry.generation})
 
 
 def held_plan(plan: PropagationPlan, binding: Binding, notice_reason: str, message: str,
@@ -104,9 +96,7 @@ def held_plan(plan: PropagationPlan, binding: Binding, notice_reason: str, messa
     """`plan` turned into "keep every Work as it is", reporting what the Works hold now."""
     works = []
     for cluster, work in sorted(binding.works.items()):
-        manifest = next((mapping(m) for m in items(nested(work, "spec", "workload", "manifests"))
-                         if mapping(m).get("kind") == plan.source.kind
-                         and nested(m, "metadata", "name") == plan.source.name), {})
+        manifest = work.manifest(plan.source) or {}
         works.append(WorkItem(cluster, manifest, binding.scheduled.get(cluster)))
     notices = tuple(ClusterFailure(c, notice_reason, message) for c in sorted(binding.works))
     if error:
@@ -202,7 +192,7 @@ class BindingStep:
             for item in plan.works:
                 work = binding.works.get(item.cluster)
                 wanted = by_cluster.get(item.cluster)
-                current = wanted is not None and W.work_up_to_date(work, wanted)
+                current = wanted is not None and work_up_to_date(work, wanted)
                 target_health[item.cluster] = (work_health(work, plan.source) if current
                                                else UNKNOWN)
         assessment = assess_tasks(prepared.tasks, target_health, self.settings, now)

@@ -98,6 +98,14 @@ from .registry import UNJOIN_ANNOTATION
 from .scheduler import Groups
 from .taints import taints_of
 from .template_status import STATUS, TemplateStatusTarget
+from .workinfo import (
+    WorkInfo,
+    cluster_result,
+    member_status_for_aggregation,
+    scheduled_replicas,
+    work_info,
+    work_up_to_date,
+)
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "tether-propagation"
@@ -155,6 +163,7 @@ class HubInformers:
     works: Informer = field(init=False)
     _by_source: dict[str, set[ObjectKey]] = field(default_factory=dict)
     _views: dict[str, PlacementView | None] = field(default_factory=dict)
+    _infos: dict[ObjectKey, WorkInfo] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.clusters = Informer(self.host, CLUSTER_API_VERSION, "Cluster",
@@ -184,7 +193,9 @@ class HubInformers:
                 placement(name, before.info if before else None, after.info if after else None)
 
     def _on_work(self, event: WatchEvent) -> None:
-        source = str(nested(event.object, "metadata", "labels", W.SOURCE_HASH_LABEL) or "")
+        # parsed once here; a DELETED Work's info stays readable by the handlers
+        info = self._infos[event.key] = work_info(event.object)
+        source = info.labels.get(W.SOURCE_HASH_LABEL, "")
         if source:
             keys = self._by_source.setdefault(source, set())
             if event.type == "DELETED":
@@ -195,10 +206,17 @@ class HubInformers:
                 keys.add(event.key)
         for handler in self.work_handlers:
             handler(event)
+        if event.type == "DELETED":
+            self._infos.pop(event.key, None)
 
-    def works_of(self, ref: ResourceRef) -> list[Obj]:
+    def work_info(self, key: ObjectKey) -> WorkInfo | None:
+        """The Work the informer holds under `key`, parsed (during a DELETED event's handlers:
+        the deleted one)."""
+        return self._infos.get(key)
+
+    def works_of(self, ref: ResourceRef) -> list[WorkInfo]:
         keys = self._by_source.get(W.short_hash(W.source_key(ref), 16), set())
-        found = [self.works.get(k.namespace, k.name) for k in sorted(keys)]
+        found = [self._infos.get(k) for k in sorted(keys)]
         return [w for w in found if w is not None and _same_source(w, ref)]
 
     def cluster_infos(self) -> list[ClusterInfo]:
@@ -212,14 +230,15 @@ class HubInformers:
         for key in self.works.keys():  # noqa: SIM118 (Informer.keys, not a dict)
             if key.namespace != namespace:
                 continue
-            found = W.work_source(self.works.get(key.namespace, key.name) or {})
+            info = self._infos.get(key)
+            found = info.origin if info is not None else None
             if found is not None and found[0] == dialect:
                 out.append(found[1])
         return out
 
 
-def _same_source(work: Obj, ref: ResourceRef) -> bool:
-    found = W.work_source(work)
+def _same_source(work: WorkInfo, ref: ResourceRef) -> bool:
+    found = work.origin
     return found is not None and found[1] == ref
 
 
@@ -367,11 +386,12 @@ class _Base(Generic[K]):
         source have not reported yet, within WORK_PROGRESS_DELAY_S: a burst of reports makes
         one reconcile after the last, not one per Work. The controller's own writes (their
         echo) make none."""
-        found = W.work_source(event.object)
-        if found is None or found[0] != dialect:
+        info = self.shared.work_info(event.key)
+        found = info.origin if info is not None else None
+        if info is None or found is None or found[0] != dialect:
             return
         ref = found[1]
-        reported = event.type != "DELETED" and W.reported(event.object)
+        reported = event.type != "DELETED" and info.reported
         was_waiting = event.key in self._unreported
         waiting = event.type != "DELETED" and not reported
         if waiting != was_waiting:
@@ -386,7 +406,7 @@ class _Base(Generic[K]):
                 self._unreported_of.pop(ref, None)
         if self.echoes.echo(event.key, event):
             return  # the Work as this controller just wrote it
-        progress = (reported and W.applied_ok(event.object)
+        progress = (reported and info.applied_ok
                     and self._unreported_of.get(ref, 0) > 0)
         self.engine.enqueue_within(key(ref), WORK_PROGRESS_DELAY_S if progress
                                    else WORK_EVENT_DELAY_S)
@@ -409,7 +429,7 @@ class _Base(Generic[K]):
 
     # writes ------------------------------------------------------------------------------
 
-    async def write_works(self, desired: list[W.DesiredWork], existing: list[Obj],
+    async def write_works(self, desired: list[W.DesiredWork], existing: list[WorkInfo],
                           plan: PropagationPlan) -> None:
         """Apply the desired Works, delete the others — except where the cluster failed only on
         its overrides: a typo in an override must not take the object down, so that cluster
@@ -428,15 +448,15 @@ class _Base(Generic[K]):
         wanted = {(d.namespace, d.name) for d in desired}
         writes: list[Callable[[], Awaitable[Any]]] = []
         for work in desired:
-            current = self.shared.works.get(work.namespace, work.name)
-            if W.work_up_to_date(current, work):
+            current = self.shared.work_info(ObjectKey(work.namespace, work.name))
+            if work_up_to_date(current, work):
                 continue
             body = thaw(work.body)
-            changed_at = nested(current, "metadata", "annotations", W.CHANGED_AT_ANNOTATION)
-            if current is None or current.get("spec") != work.body["spec"] or not changed_at:
+            changed_at = current.annotations.get(W.CHANGED_AT_ANNOTATION) if current else None
+            if current is None or current.spec != work.body["spec"] or not changed_at:
                 changed_at = f"{time.time():.3f}"
             body["metadata"]["annotations"][W.CHANGED_AT_ANNOTATION] = str(changed_at)
-            finalizers = items(nested(current, "metadata", "finalizers"))
+            finalizers = current.finalizers if current is not None else ()
             if W.EXECUTION_FINALIZER in finalizers or (current is None
                                                        and self._pushed_to(work.cluster)):
                 # the executor would add it with a PATCH of its own right after the create; once
@@ -444,8 +464,7 @@ class _Base(Generic[K]):
                 body["metadata"]["finalizers"] = [W.EXECUTION_FINALIZER]
             writes.append(functools.partial(self._apply_work, body))
         for old in existing:
-            key = object_key(old)
-            if (key.namespace, key.name) not in wanted and W.work_cluster(old) not in keep:
+            if (old.namespace, old.name) not in wanted and old.cluster not in keep:
                 writes.append(functools.partial(self.delete_work, old))
         await _bounded(writes)
 
@@ -458,14 +477,12 @@ class _Base(Generic[K]):
         found = self.shared.clusters.get(None, cluster)
         return not unjoining(found) and nested(found, "spec", "syncMode") != "Pull"
 
-    async def delete_work(self, work: Obj, *, preserve: bool | None = None) -> None:
-        meta = mapping(work.get("metadata"))
-        name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-        if meta.get("deletionTimestamp"):
+    async def delete_work(self, work: WorkInfo, *, preserve: bool | None = None) -> None:
+        name, namespace = work.name, work.namespace
+        if work.deleting:
             return
         try:
-            if preserve is not None and bool(nested(work, "spec", "preserveResourcesOnDeletion")) \
-                    != preserve:
+            if preserve is not None and work.preserve_on_deletion != preserve:
                 await self.host.patch(WORK_API_VERSION, "Work", name,
                                       {"spec": {"preserveResourcesOnDeletion": preserve}},
                                       namespace=namespace, field_manager=FIELD_MANAGER)
@@ -495,7 +512,7 @@ class _Base(Generic[K]):
         except NotFound:
             pass
 
-    async def finalize(self, obj: Obj, api_version: str, existing: list[Obj],
+    async def finalize(self, obj: Obj, api_version: str, existing: list[WorkInfo],
                        preserve: bool | None) -> None:
         """Deleting the source: delete its Works (member objects go unless preserved), then
         let the source go once every Work is gone."""
@@ -506,12 +523,12 @@ class _Base(Generic[K]):
         await self.set_finalizer(obj, api_version, False)
 
 
-def results_for(plan: PropagationPlan, existing: list[Obj], target: ResourceRef,
+def results_for(plan: PropagationPlan, existing: list[WorkInfo], target: ResourceRef,
                 *, kubefed: bool) -> dict[str, ClusterResult]:
-    by_cluster = {W.work_cluster(w): w for w in existing}
+    by_cluster = {w.cluster: w for w in existing}
     out: dict[str, ClusterResult] = {}
     for item in plan.works:
-        result = W.cluster_result(by_cluster.get(item.cluster), target, kubefed=kubefed)
+        result = cluster_result(by_cluster.get(item.cluster), target, kubefed=kubefed)
         if result is not None:
             out[item.cluster] = result
     return out
@@ -724,7 +741,8 @@ class KubeFedController(_Base[FedKey]):
         self.engine.enqueue((target, event.key.namespace, event.key.name))
 
     def _on_work(self, event: WatchEvent) -> None:
-        found = W.work_source(event.object)
+        info = self.shared.work_info(event.key)
+        found = info.origin if info is not None else None
         if found is not None and found[0] == "kubefed":
             ref = found[1]
             if event.type == "DELETED":
@@ -764,7 +782,7 @@ class KubeFedController(_Base[FedKey]):
                                                                           "ReplicaSet") else None
         plan = compile_federated(fed, target_api_version=fed_type.target_api_version,
                                  target_kind=fed_type.target_kind, clusters=clusters, rsp=rsp,
-                                 current_replicas=W.scheduled_replicas(existing, fed_type.target_kind))
+                                 current_replicas=scheduled_replicas(existing, fed_type.target_kind))
         plan = replace(plan, source=ref)
         if fed_type.target_scope == "Namespaced" and kind != "FederatedNamespace":
             plan = self._within_namespace(plan, clusters)
@@ -978,8 +996,8 @@ class KarmadaController(_Base[TemplateKey]):
         if informer.synced and gvk not in self._swept:
             self._swept.add(gvk)
             for work_key in works:
-                work = self.shared.works.get(work_key.namespace, work_key.name)
-                found = W.work_source(work) if work is not None else None
+                work = self.shared.work_info(work_key)
+                found = work.origin if work is not None else None
                 if found is not None and informer.get(found[1].namespace, found[1].name) is None:
                     self.engine.enqueue(_template_key(found[1]))
         if self._releasable(gvk, informer):
@@ -1032,7 +1050,8 @@ class KarmadaController(_Base[TemplateKey]):
             self.kinds.enqueue(key[:2])
 
     def _on_work(self, event: WatchEvent) -> None:
-        found = W.work_source(event.object)
+        info = self.shared.work_info(event.key)
+        found = info.origin if info is not None else None
         if found is not None and found[0] == "karmada":
             ref = found[1]
             kind = (ref.api_version, ref.kind)
@@ -1183,7 +1202,7 @@ class KarmadaController(_Base[TemplateKey]):
             if not future.done():
                 future.set_result(result)
 
-    async def _unclaimed(self, template: Obj, existing: list[Obj]) -> None:
+    async def _unclaimed(self, template: Obj, existing: list[WorkInfo]) -> None:
         """No policy selects the template (any more). As Karmada keeps a ResourceBinding until
         its template is gone, the copies in the members stay (no longer updated) and the
         finalizer with them, so deleting the template later still removes them; a template
@@ -1194,7 +1213,7 @@ class KarmadaController(_Base[TemplateKey]):
             return
         await self.record.add((api_version, str(template.get("kind"))))
         await self.set_finalizer(template, api_version, True)
-        clusters = sorted(W.work_cluster(w) for w in existing)
+        clusters = sorted(w.cluster for w in existing)
         cond: Obj = {"type": PROPAGATED, "status": "False", "reason": "PolicyNotFound",
                      "message": "no PropagationPolicy or ClusterPropagationPolicy selects this "
                      f"template: its copies in {', '.join(clusters)} are kept, no longer "
@@ -1225,8 +1244,9 @@ class KarmadaController(_Base[TemplateKey]):
         needs = encode_requires(plan.dependencies)
         out = []
         for work in desired:
-            current = self.shared.works.get(work.namespace, work.name)
-            if not needs and not nested(current, "metadata", "annotations", REQUIRES_ANNOTATION):
+            current = self.shared.work_info(ObjectKey(work.namespace, work.name))
+            if not needs and not (current is not None
+                                  and current.annotations.get(REQUIRES_ANNOTATION)):
                 out.append(work)
                 continue
             body = thaw(work.body)
@@ -1239,8 +1259,8 @@ class KarmadaController(_Base[TemplateKey]):
             self.engine.enqueue(_template_key(ref))
 
     async def _write_status(self, template: Obj, plan: PropagationPlan,
-                            existing: list[Obj]) -> None:
-        by_cluster = {W.work_cluster(w): w for w in existing}
+                            existing: list[WorkInfo]) -> None:
+        by_cluster = {w.cluster: w for w in existing}
         results = results_for(plan, existing, plan.source, kubefed=False)
         clusters: list[Obj] = []
         problems: list[str] = []
@@ -1253,10 +1273,10 @@ class KarmadaController(_Base[TemplateKey]):
         for notice in plan.notices:
             if not any(w.cluster == notice.cluster for w in plan.works):
                 work = by_cluster.get(notice.cluster)
-                applied = W.condition(work, W.APPLIED)
+                applied = work.applied if work is not None else None
                 clusters.append({"name": notice.cluster, "reason": notice.reason,
                                  "message": notice.message,
-                                 "applied": bool(applied and applied.get("status") == "True")})
+                                 "applied": bool(applied and applied.status == "True")})
         for item in plan.works:
             result = results.get(item.cluster)
             entry: Obj = {"name": item.cluster, "applied": bool(result and result.applied)}
@@ -1292,8 +1312,8 @@ class KarmadaController(_Base[TemplateKey]):
                 f"{n.cluster}: {n.reason}: {n.message}" for n in plan.notices)])
         cond["lastTransitionTime"] = rfc3339(time.time())
         member_status = {
-            c: W.member_status_for_aggregation(by_cluster.get(c), plan.source,
-                                               W.generation(template))
+            c: member_status_for_aggregation(by_cluster.get(c), plan.source,
+                                             W.generation(template))
             for c in plan.clusters}
         for entry in clusters:
             reflected = reflect_status(template, member_status.get(str(entry["name"])))

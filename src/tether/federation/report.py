@@ -20,6 +20,7 @@ from ._util import items, mapping, nested
 from .crds import WORK_API_VERSION
 from .model import ResourceRef
 from .propagation import STATUS_ANNOTATION
+from .workinfo import work_info
 
 
 @dataclass(frozen=True)
@@ -102,22 +103,18 @@ def report_of(ref: ResourceRef, source: Obj | None, work_list: Iterable[Obj]) ->
     kind = ref.kind
     rows: dict[str, ClusterRow] = {}
     target_kind = kind[len("Federated"):] if kind.startswith("Federated") else kind
-    for work in work_list:
-        cluster = W.work_cluster(work)
-        applied = W.condition(work, W.APPLIED)
-        fresh = applied is not None and applied.get("observedGeneration") == W.generation(work)
-        entries = [mapping(e) for e in items(nested(work, "status", "manifestStatuses"))]
-        main = next((e for e in entries
-                     if mapping(e.get("identifier")).get("kind") == target_kind
-                     and mapping(e.get("identifier")).get("name") == name), None)
-        latency = main.get("latencySeconds") if main is not None else None
+    for work in map(work_info, work_list):
+        cluster = work.cluster
+        applied = work.applied
+        fresh = work.reported
+        main = work.manifest_status(ResourceRef(ref.api_version, target_kind, "", name))
         rows[cluster] = ClusterRow(
             cluster,
-            (applied.get("status") == "True") if fresh and applied is not None else None,
-            str(applied.get("reason") or "") if fresh and applied is not None else "Pending",
-            str(applied.get("message") or "") if applied is not None else "",
-            observed_summary(target_kind, main.get("status") if main is not None else None),
-            float(latency) if isinstance(latency, int | float) else None,
+            (applied.status == "True") if fresh and applied is not None else None,
+            applied.reason if fresh and applied is not None else "Pending",
+            applied.message if applied is not None else "",
+            observed_summary(target_kind, main.status if main is not None else None),
+            main.latency_seconds if main is not None else None,
         )
     condition: Obj | None = None
     for entry in items(nested(source, "status", "clusters")):  # KubeFed

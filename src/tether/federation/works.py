@@ -10,7 +10,8 @@ saw the source change (the start of the propagation-latency clock).
 Work status, written by the executor (or a pull agent): conditions `Applied` (True, or False with
 reason Conflict / Invalid / NamespaceNotFound / NoSuchResource / ApplyFailed / ClusterUnreachable
 and the member's message), and per manifest `manifestStatuses[]`: identifier, applied, reason,
-message, the member object's `status`, `appliedAt` and `latencySeconds`.
+message, the member object's `status`, `appliedAt` and `latencySeconds`. Readers get a Work
+parsed once, as a `workinfo.WorkInfo`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from typing import Any
 
 from tether.objects import Obj
 
-from ._util import items, mapping, nested, thaw
+from ._util import mapping, nested, thaw
 from .crds import WORK_API_VERSION, execution_namespace
-from .kubefed import ClusterResult
 from .model import Dialect, PropagationPlan, ResourceRef
 
 WORK_MANAGED_LABEL = "work.tether.io/managed-by"
@@ -121,26 +121,6 @@ def work_source(work: Obj) -> tuple[str, ResourceRef] | None:
     return dialect, ref
 
 
-def work_cluster(work: Obj) -> str:
-    namespace = str(nested(work, "metadata", "namespace") or "")
-    prefix = execution_namespace("")
-    return namespace[len(prefix):] if namespace.startswith(prefix) else ""
-
-
-def scheduled_replicas(works: Iterable[Obj], kind: str) -> dict[str, int]:
-    """Per cluster, `spec.replicas` of the `kind` manifest its Work holds: what was last
-    scheduled there (Works being deleted do not count)."""
-    out: dict[str, int] = {}
-    for work in works:
-        if nested(work, "metadata", "deletionTimestamp"):
-            continue
-        for manifest in items(nested(work, "spec", "workload", "manifests")):
-            replicas = nested(manifest, "spec", "replicas")
-            if manifest.get("kind") == kind and isinstance(replicas, int):
-                out[work_cluster(work)] = replicas
-    return out
-
-
 @dataclass(frozen=True)
 class DesiredWork:
     cluster: str
@@ -192,96 +172,12 @@ def desired_works(
     return out
 
 
-def work_up_to_date(current: Obj | None, desired: DesiredWork) -> bool:
-    """Whether the Work on the hub already says what `desired` says."""
-    if current is None:
-        return False
-    if current.get("spec") != desired.body["spec"]:
-        return False
-    meta = mapping(current.get("metadata"))
-    want = desired.body["metadata"]
-    labels = mapping(meta.get("labels"))
-    annotations = mapping(meta.get("annotations"))
-    return all(labels.get(k) == v for k, v in want["labels"].items()) and all(
-        annotations.get(k) == v for k, v in want["annotations"].items()
-    ) and not (ENSURE_NAMESPACE_ANNOTATION in annotations
-               and ENSURE_NAMESPACE_ANNOTATION not in want["annotations"])
-
-
 # status --------------------------------------------------------------------------------------
-
-
-def condition(obj: Obj | None, kind: str) -> Mapping[str, Any] | None:
-    for entry in items(nested(obj, "status", "conditions")):
-        if mapping(entry).get("type") == kind:
-            return mapping(entry)
-    return None
 
 
 def generation(obj: Obj | None) -> int:
     value = nested(obj, "metadata", "generation")
     return value if isinstance(value, int) else 0
-
-
-def reported(work: Obj) -> bool:
-    """Whether the executor has reported on the Work's current generation (either way)."""
-    applied = condition(work, APPLIED)
-    return applied is not None and applied.get("observedGeneration") == generation(work)
-
-
-def applied_ok(work: Obj) -> bool:
-    """Whether that report says every manifest was applied."""
-    applied = condition(work, APPLIED)
-    return reported(work) and applied is not None and applied.get("status") == "True"
-
-
-def manifest_status(work: Obj, ref: ResourceRef) -> Mapping[str, Any] | None:
-    """The status entry of the manifest `ref` names (kind + name) in a Work."""
-    for entry in items(nested(work, "status", "manifestStatuses")):
-        ident = mapping(mapping(entry).get("identifier"))
-        if ident.get("kind") == ref.kind and ident.get("name") == ref.name:
-            return mapping(entry)
-    return None
-
-
-def cluster_result(work: Obj | None, target: ResourceRef, *, kubefed: bool) -> ClusterResult | None:
-    """What the executor reported for one Work, None while it has not caught up with the spec."""
-    if work is None:
-        return None
-    applied = condition(work, APPLIED)
-    if applied is None or applied.get("observedGeneration") != generation(work):
-        return None
-    entry = manifest_status(work, target)
-    observed = entry.get("status") if entry is not None else None
-    latency = entry.get("latencySeconds") if entry is not None else None
-    if applied.get("status") == "True":
-        return ClusterResult(
-            True,
-            observed_status=observed if isinstance(observed, Mapping) else None,
-            latency_seconds=float(latency) if isinstance(latency, int | float) else None,
-        )
-    reason = str(applied.get("reason") or "ApplyFailed")
-    if kubefed:
-        reason = KUBEFED_REASONS.get(reason, reason)
-    return ClusterResult(False, reason, str(applied.get("message") or ""),
-                         observed if isinstance(observed, Mapping) else None)
-
-
-def member_status_for_aggregation(work: Obj | None, target: ResourceRef,
-                                  template_generation: int) -> Obj | None:
-    """The member status Karmada's AggregateStatus wants, or None when not collected yet."""
-    if work is None:
-        return None
-    entry = manifest_status(work, target)
-    if entry is None or not isinstance(entry.get("status"), Mapping):
-        return None
-    status = dict(thaw(entry["status"]))
-    if isinstance(entry.get("generation"), int):
-        status["generation"] = entry["generation"]
-        applied = condition(work, APPLIED)
-        if applied is not None and applied.get("observedGeneration") == generation(work):
-            status["resourceTemplateGeneration"] = template_generation
-    return status
 
 
 def strip_volatile(value: Any) -> Any:
