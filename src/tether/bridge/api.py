@@ -16,7 +16,7 @@ import concurrent.futures
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tether.bridge.envresolve import (
     Environment,
@@ -28,8 +28,8 @@ from tether.bridge.envresolve import (
 )
 from tether.bridge.target import parse_target, resolve_target
 from tether.kube import Forbidden, KubeClient, load_kubeconfig
+from tether.objects import ObjView as Obj
 
-Obj = Mapping[str, Any]
 T = TypeVar("T")
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 

@@ -33,8 +33,7 @@ from fractions import Fraction
 from typing import Any
 
 from tether.bridge import quantity
-
-Obj = Mapping[str, Any]
+from tether.objects import ObjView as Obj
 
 # Kubernetes 1.30+ (RelaxedEnvironmentVariableValidation, GA in 1.34): any printable ASCII but '='.
 _ENV_NAME = re.compile(r"[\x20-\x3c\x3e-\x7e]+")

@@ -39,6 +39,7 @@ from tether.bridge.channel import BridgeError
 from tether.bridge.target import KINDS
 from tether.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound, Preconditions
 from tether.net.daemon import state_home
+from tether.objects import ObjView as Obj
 from tether.objects.selectors import label_selector_to_string
 from tether.objects.times import micro_time, now_rfc3339, parse_time
 from tether.version import IMAGE
@@ -56,7 +57,6 @@ PARK_PORT = 15021
 DEFAULT_RESTORE_AFTER_S = 30
 ROUTER_USER = 65532
 
-Obj = Mapping[str, Any]
 
 
 class InterceptError(BridgeError):

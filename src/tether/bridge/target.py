@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tether.bridge.envresolve import PodFacts, ResolveError
 from tether.kube import KubeClient, KubeError, NotFound
+from tether.objects import ObjView as Obj
 from tether.objects.selectors import label_selector_to_string
-
-Obj = Mapping[str, Any]
 
 KINDS: Mapping[str, tuple[str, str]] = {
     "pod": ("v1", "Pod"), "pods": ("v1", "Pod"), "po": ("v1", "Pod"),

@@ -22,8 +22,8 @@ from tether.bridge.envresolve import (
     find_container,
     resource_field_ref,
 )
+from tether.objects import ObjView as Obj
 
-Obj = Mapping[str, Any]
 DEFAULT_MODE = 0o644
 API_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 KNOWN_KINDS = (*API_KINDS, "emptyDir", "hostPath", "persistentVolumeClaim", "ephemeral", "csi", "nfs",

@@ -31,8 +31,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tether.objects import ObjView as Obj
+
 from ._util import as_int, items, mapping, nested, thaw
-from .model import Obj
 
 _COUNTERS: Mapping[str, tuple[str, ...]] = {
     "Deployment": (

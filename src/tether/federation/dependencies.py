@@ -23,10 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from tether.objects import ObjView as Obj
+
 from . import works as W
 from ._util import items, mapping, nested, thaw
 from .metadata import stamp, strip_server_fields
-from .model import ConflictResolution, Obj, PropagationPlan, ResourceRef, WorkItem
+from .model import ConflictResolution, PropagationPlan, ResourceRef, WorkItem
 
 REQUIRES_ANNOTATION = "work.tether.io/requires"  # on a template's Works: "Kind/name,..."
 DEPENDENCY_DIALECT = "karmada-dependency"

@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tether.objects import ObjView as Obj
 from tether.objects.selectors import matches_label_selector
 
 from ._util import as_int, items, mapping, nested, thaw
@@ -52,7 +53,6 @@ from .model import (
     ClusterFailure,
     ClusterInfo,
     ConflictResolution,
-    Obj,
     PropagationPlan,
     ResourceRef,
     WorkItem,

@@ -35,9 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from tether.objects import ObjView as Obj
+
 from ._util import items, mapping, nested, thaw
 from .metadata import stamp, strip_server_fields
-from .model import ClusterFailure, ClusterInfo, Obj, PropagationPlan, ResourceRef, WorkItem
+from .model import ClusterFailure, ClusterInfo, PropagationPlan, ResourceRef, WorkItem
 from .overrides import OverrideError, apply_kubefed_overrides
 from .placement import PlacementDecision, kubefed_placement
 from .replicas import rsp_plan

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Obj = Mapping[str, Any]
+from tether.objects import ObjView as Obj
 
 Dialect = Literal["kubefed", "karmada"]
 ConflictResolution = Literal["Abort", "Overwrite"]

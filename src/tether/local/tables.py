@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tether.objects import ObjView as Obj
 from tether.objects import jsonpath, selectors
 from tether.objects.times import parse_time, rfc3339
 
 __all__ = ["Column", "human_duration", "make_table", "parse_time"]
 
 Cell = str | int | float | bool | None
-Obj = Mapping[str, Any]
 
 NAME_DESCRIPTION = (
     "Name must be unique within a namespace. Is required when creating resources, although "

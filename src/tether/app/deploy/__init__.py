@@ -8,7 +8,7 @@ the user's values. Every container is hardened the same way (`common.container`)
 
 from __future__ import annotations
 
-from tether.app.deploy.common import Obj, to_yaml
+from tether.app.deploy.common import to_yaml
 from tether.app.deploy.components import (
     COMPONENTS,
     AgentValues,
@@ -24,6 +24,7 @@ from tether.app.deploy.components import (
     render_mesh,
     render_mirror,
 )
+from tether.objects import Obj
 
 __all__ = [
     "COMPONENTS",

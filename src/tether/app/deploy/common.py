@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-Obj = dict[str, Any]
+from tether.objects import Obj
 
 NAMESPACE = "tether-system"
 DATA_DIR = "/var/lib/tether"

@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tether.app.deploy import common
-from tether.app.deploy.common import NAMESPACE, Obj
+from tether.app.deploy.common import NAMESPACE
 from tether.federation import crds
 from tether.federation.registry import controller_rules
+from tether.objects import Obj
 from tether.version import IMAGE
 
 CONTROLLER = ["get", "list", "watch", "create", "update", "patch", "delete"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
-Obj = Mapping[str, Any]
+from tether.objects import ObjView as Obj
+
 Lookup = Callable[[str, str], Obj | None]  # (namespace, name) -> object or None
 
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\$")

@@ -11,8 +11,8 @@ from typing import Any
 
 from tether.local.kubelet import images
 from tether.net import http1
+from tether.objects import ObjView as Obj
 
-Obj = Mapping[str, Any]
 # How a probe reaches host:port within a timeout (netns mode: from the cluster's namespaces).
 Dial = Callable[[str, int, float], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from tether.local.kubelet import environment
+from tether.objects import ObjView as Obj
 from tether.objects.podfiles import mount_env_name
 
-Obj = Mapping[str, Any]
 DEFAULT_MODE = 0o644
 ATOMIC_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 DATA_LINK = "..data"
