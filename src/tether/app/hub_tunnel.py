@@ -21,7 +21,8 @@
   that Secret: a Cluster through this listener gets its token from the hub key at once, and no
   credentials at all until this listener grants it, so a just-registered member is never dialled
   with a CONNECT the listener would refuse (407 before the token reached the Secret, 403 before
-  this replica saw the Cluster); `grant_handlers` run when grants change, to dial it then.
+  this replica saw the Cluster), nor before its agent's first report (its Ready condition; no
+  tunnel before that); `grant_handlers` run when grants change, Cluster events otherwise.
 - Publishes `tether-system/tether-cluster-info` (hub CA, tunnel address, tunnel CA, proxy URL)
   for `tether register`.
 - Several replicas (`tunnel_server_count` > 1 or leader election, see docs/hub-ha.md): each
@@ -299,9 +300,13 @@ class HubTunnel:
         """What the hub's own clients use for `cluster`: unchanged unless it is reached through
         this listener; then with its proxy token from the hub key (its Secret gets the same
         token a moment after the Cluster appears), or None while this listener does not grant
-        the Cluster yet (a CONNECT would be refused)."""
+        the Cluster yet (a CONNECT would be refused) or its agent has never reported (a
+        Cluster just registered: a dial would find no tunnel)."""
         if not self._frontend_port or not uses_listener(cluster, self._frontend_port):
             return credentials
+        conditions = (cluster.get("status") or {}).get("conditions") or []
+        if not any(isinstance(c, Mapping) and c.get("type") == "Ready" for c in conditions):
+            return None
         name = str((cluster.get("metadata") or {}).get("name", ""))
         dest = api_destination(str((cluster.get("spec") or {}).get("apiEndpoint", "")))
         token = proxy_token(self._key, name)
