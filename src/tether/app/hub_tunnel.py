@@ -157,6 +157,28 @@ def uses_listener(cluster: Mapping[str, Any], port: int) -> bool:
         return False
 
 
+def client_credentials(cluster: Obj, credentials: ClusterCredentials, *, frontend_port: int,
+                       key: bytes, grants: Mapping[str, frozenset[Destination]]) -> ClusterCredentials | None:
+    """What the hub's own clients use for `cluster`: unchanged unless it is reached through the
+    listener on `frontend_port`; then with its proxy token from the hub key (its Secret gets the
+    same token a moment after the Cluster appears), or None while the listener does not grant the
+    Cluster yet (a CONNECT would be refused) or its agent has never reported (a Cluster just
+    registered: a dial would find no tunnel)."""
+    if not frontend_port or not uses_listener(cluster, frontend_port):
+        return credentials
+    conditions = (cluster.get("status") or {}).get("conditions") or []
+    if not any(isinstance(c, Mapping) and c.get("type") == "Ready" for c in conditions):
+        return None
+    name = str((cluster.get("metadata") or {}).get("name", ""))
+    dest = api_destination(str((cluster.get("spec") or {}).get("apiEndpoint", "")))
+    token = proxy_token(key, name)
+    if dest is None or dest not in grants.get(token_key(token), frozenset()):
+        return None
+    headers = [(k, v) for k, v in credentials.proxy_headers if k.lower() != "proxy-authorization"]
+    return dataclasses.replace(credentials,
+                               proxy_headers=(*headers, ("Proxy-Authorization", f"Bearer {token}")))
+
+
 @dataclass(frozen=True)
 class AgentCerts:
     """The agent port's serving certificate and key, and the CA agents check it with."""
@@ -297,24 +319,9 @@ class HubTunnel:
         log.info("tunnel: proxy token written to Secret %s/%s", namespace, secret)
 
     def client_credentials(self, cluster: Obj, credentials: ClusterCredentials) -> ClusterCredentials | None:
-        """What the hub's own clients use for `cluster`: unchanged unless it is reached through
-        this listener; then with its proxy token from the hub key (its Secret gets the same
-        token a moment after the Cluster appears), or None while this listener does not grant
-        the Cluster yet (a CONNECT would be refused) or its agent has never reported (a
-        Cluster just registered: a dial would find no tunnel)."""
-        if not self._frontend_port or not uses_listener(cluster, self._frontend_port):
-            return credentials
-        conditions = (cluster.get("status") or {}).get("conditions") or []
-        if not any(isinstance(c, Mapping) and c.get("type") == "Ready" for c in conditions):
-            return None
-        name = str((cluster.get("metadata") or {}).get("name", ""))
-        dest = api_destination(str((cluster.get("spec") or {}).get("apiEndpoint", "")))
-        token = proxy_token(self._key, name)
-        if dest is None or dest not in self.policy.grants.get(token_key(token), frozenset()):
-            return None
-        headers = [(k, v) for k, v in credentials.proxy_headers if k.lower() != "proxy-authorization"]
-        return dataclasses.replace(credentials,
-                                   proxy_headers=(*headers, ("Proxy-Authorization", f"Bearer {token}")))
+        """`client_credentials` for this listener: its port, the hub key, its current grants."""
+        return client_credentials(cluster, credentials, frontend_port=self._frontend_port,
+                                  key=self._key, grants=self.policy.grants)
 
     async def start(self) -> str:
         c = self.config
