@@ -195,6 +195,8 @@ def test_pull_member_heartbeat_and_tunnel(dash: Dash) -> None:
         assert time.monotonic() < deadline, json.dumps(model)[:3000]
         time.sleep(0.5)
     assert member3["mode"] == "Pull" and member3["heartbeat_s"] is not None
+    # the hub's own controllers never dialled member3 with a CONNECT its listener refuses
+    assert tunnel["connects_refused"] == 0, tunnel
     assert abs(member3["heartbeat_s"] - model["now_s"]) < 60  # a fresh Lease, on the hub's clock
     assert member3["nodes_total"] >= 1 and member3["version"]
 

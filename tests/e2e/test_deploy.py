@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_util import kubectl_binary, root_conftest
+from e2e_util import kubectl_binary, poll, root_conftest
 
 from tether import __version__
 from tether.app.deploy import COMPONENTS
@@ -169,3 +169,57 @@ def test_manifest_subcommand_refuses(args: list[str], message: str) -> None:
     result = subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_two_hub_replicas_run_in_a_loopback_cluster(one_cluster: Any, tmp_path: Path) -> None:
+    """Without --netns a local cluster's pods share the host's network (each its own loopback
+    address): two replicas bind their pod's address, `--bind-address $(POD_IP)` with POD_IP from
+    the downward API, which the kubelet expands as Kubernetes does; the listeners on 127.0.0.1
+    (the hub's own CONNECT port, the plain-HTTP dashboard) take free ports, 127.0.0.1 being
+    shared. Both become Ready, one leads."""
+    c = one_cluster
+    kubeconfig = str(c.data_dir / "kubeconfig")
+    subprocess.run([sys.executable, "-m", "tether", "hub", "install", "--kubeconfig", kubeconfig,
+                    "--context", "deploy"], capture_output=True, text=True, timeout=120, check=True)
+    certs = tmp_path / "certs"
+    subprocess.run([sys.executable, "-m", "tether", "certs", "--out", str(certs), "--server-ip",
+                    "127.0.0.1"], capture_output=True, timeout=120, check=True)
+    agent = certs / "agent"
+    c.kubectl("-n", "tether-system", "create", "secret", "generic", "tether-hub-tunnel-certs",
+              f"--from-file=ca.crt={agent / 'issued' / 'ca.crt'}",
+              f"--from-file=proxy-frontend.crt={agent / 'issued' / 'proxy-frontend.crt'}",
+              f"--from-file=proxy-frontend.key={agent / 'private' / 'proxy-frontend.key'}")
+    objects = kustomize("hub")
+    for obj in objects:
+        if obj["kind"] == "Deployment":
+            container = obj["spec"]["template"]["spec"]["containers"][0]
+            args = container["args"]
+            for flag in ("--bind-address", "--tunnel-bind-address"):
+                args[args.index(flag) + 1] = "$(POD_IP)"
+            args[args.index("--dashboard-port") + 1] = "0"  # loopback only, as the CONNECT listener
+            args += ["--tunnel-frontend-port", "0"]
+            container["env"].append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+
+    def ready_pods() -> list[dict[str, Any]] | None:
+        pods = c.kubectl_json("-n", "tether-system", "get", "pods", "-l",
+                              "app.kubernetes.io/name=tether-hub")["items"]
+        ready = [p for p in pods if any(k["type"] == "Ready" and k["status"] == "True"
+                                        for k in (p.get("status") or {}).get("conditions") or [])]
+        return ready if len(ready) == 2 else None
+
+    try:
+        pods = poll(ready_pods, timeout=180, interval=1.0, what="two Ready hub pods")
+    except AssertionError as exc:
+        logs = c.kubectl("-n", "tether-system", "logs", "-l", "app.kubernetes.io/name=tether-hub",
+                         "--tail", "20", "--prefix", check=False)
+        raise AssertionError(f"{exc}\n{logs.stdout}{logs.stderr}") from None
+    holder = poll(lambda: c.kubectl("-n", "tether-system", "get", "lease", "tether-hub", "-o",
+                                    "jsonpath={.spec.holderIdentity}", check=False).stdout.strip(),
+                  timeout=120, interval=0.5, what="a leader")
+    assert holder.rpartition("_")[0] in {p["metadata"]["name"] for p in pods}
+    # each replica listens on its own address
+    for pod in pods:
+        body = c.kubectl("get", "--raw", f"/api/v1/namespaces/tether-system/pods/"
+                         f"{pod['metadata']['name']}:8080/proxy/readyz").stdout
+        assert f"leader: {holder}" in body, body

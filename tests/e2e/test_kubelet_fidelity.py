@@ -9,6 +9,7 @@
   false` is honoured.
 - A pod of the tether image runs this install of tether and lists pods through its in-cluster
   config, also in rootless mode where the files are found through `TETHER_MOUNT_*`.
+- `$(VAR)` in command, args and env values expands to the container's earlier variables.
 - Jobs: `parallelism` pods at once, Indexed completion, backoffLimit, activeDeadlineSeconds,
   ttlSecondsAfterFinished, with the conditions Kubernetes 1.37 sets.
 """
@@ -231,6 +232,29 @@ def test_automount_false_is_honoured(clusters: Any, ns: str) -> None:
                for name in ("off", "by-sa", "pod-wins")}
     assert volumes["off"] == [] and volumes["by-sa"] == []
     assert [v for v in volumes["pod-wins"] if v.startswith("kube-api-access-")], volumes
+
+
+# dependent environment variables -----------------------------------------------------------------
+
+
+def test_command_args_and_env_expand_references_to_the_containers_env(clusters: Any, ns: str) -> None:
+    """`$(VAR)` as the kubelet expands it: a downward-API variable in args and in a later env
+    value, `$$(X)` a literal, an unknown reference left as written (single-quoted: the shell
+    would run `$(...)` as a command)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "refs", "namespace": ns},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "main", "image": "busybox", "command": ["sh", "-c"],
+               "args": ["""echo "args=$(MY_IP) env=$LISTEN" 'literal=$$(MY_IP) unknown=$(NOT_DECLARED)'"""],
+               "env": [{"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                       {"name": "LISTEN", "value": "$(MY_IP):$(PORT)"},
+                       {"name": "PORT", "value": "8080"}]}]}}
+    clusters.kubectl("create", "-f", "-", input=manifest(pod))
+    poll(lambda: clusters.kubectl_json("get", "pod", "refs", "-n", ns)["status"].get("phase") == "Succeeded",
+         timeout=TIMEOUT_S, interval=0.3, what="the pod to finish")
+    ip = clusters.kubectl_json("get", "pod", "refs", "-n", ns)["status"]["podIP"]
+    out = clusters.kubectl("logs", "refs", "-n", ns).stdout
+    # PORT comes after LISTEN: not yet defined there, so left as written
+    assert out.strip() == f"args={ip} env={ip}:$(PORT) literal=$(MY_IP) unknown=$(NOT_DECLARED)", out
 
 
 # pods of the tether image ----------------------------------------------------------------------------

@@ -190,6 +190,18 @@ def test_registered_cluster_is_pull_and_ready(registered: Setup) -> None:
     assert re.search(rf"{NAME}\s+Pull\s+True", clusters), clusters
 
 
+def test_hub_never_dials_a_new_member_with_a_connect_it_refuses(registered: Setup) -> None:
+    """Right after the registration the hub's controllers (mirror, MCS, KubeFed DNS) watch the
+    new member through the tunnel: with its proxy token from the start, never with a CONNECT
+    the listener refuses (407 before the token reached its Secret, 403 before the grant)."""
+    poll(lambda: ready_status(registered) == "True", what="Ready=True")
+    poll(lambda: f"agent {NAME} connected" in registered.hub_log.read_text(), what="the agent's tunnel")
+    refused = [line for line in registered.hub_log.read_text().splitlines()
+               if re.search(r"refused CONNECT \S+: 40[37]", line)]
+    # (a 500 "no tunnels available" before the agent is connected is the informers' quiet retry)
+    assert not refused, "\n".join(refused[:5])
+
+
 def test_hub_reaches_member_api_through_the_tunnel(registered: Setup) -> None:
     async def check() -> tuple[str, str, int]:
         async with registered.host() as host:

@@ -81,3 +81,51 @@ def test_agent_certs_from_a_certs_tree_or_a_mounted_secret(tmp_path: Path) -> No
     flat = agent_certs(secret)
     assert (flat.cert.read_text(), flat.key.read_text(), flat.ca.read_text()) == (
         "proxy-frontend.crt", "proxy-frontend.key", "ca.crt")
+
+
+KEY = b"k" * 32
+READY = {"conditions": [{"type": "Ready", "status": "Unknown"}]}  # any Ready: the agent reported
+
+
+def _cluster(proxy_url: str = "http://127.0.0.1:8088", status: dict[str, object] | None = None,
+             endpoint: str = "https://10.0.0.1:6443") -> dict[str, object]:
+    return {"metadata": {"name": "c1"}, "spec": {"apiEndpoint": endpoint, "proxyURL": proxy_url},
+            "status": READY if status is None else status}
+
+
+def _granted(*dests: str) -> dict[str, frozenset[object]]:
+    from tether.tunnel.connect import token_key
+
+    return {token_key(proxy_token(KEY, "c1")): frozenset(parse_destination(d) for d in dests)}
+
+
+@pytest.mark.parametrize(("cluster", "grants", "expected"), [
+    # granted, reported: the token from the hub key, whatever the Secret had (or had not yet)
+    (_cluster(), _granted("10.0.0.1:6443"), "token"),
+    # not through this listener (a push member, another proxy): as the Secret says
+    (_cluster(proxy_url=""), {}, "unchanged"),
+    (_cluster(proxy_url="http://127.0.0.1:9999"), {}, "unchanged"),
+    # not granted yet (this replica has not seen the Cluster) or granted elsewhere: not dialled
+    (_cluster(), {}, None),
+    (_cluster(), _granted("10.0.0.2:6443"), None),
+    # just registered: no agent report yet, so no tunnel to dial through
+    (_cluster(status={}), _granted("10.0.0.1:6443"), None),
+    (_cluster(status={"conditions": [{"type": "ServiceMirrorEndpointsFresh"}]}),
+     _granted("10.0.0.1:6443"), None),
+])
+def test_client_credentials(cluster: dict[str, object], grants: dict[str, frozenset[object]],
+                            expected: str | None) -> None:
+    from tether.app.hub_tunnel import client_credentials
+    from tether.kube import ClusterCredentials
+
+    before = ClusterCredentials.from_token(server="https://10.0.0.1:6443", token="t", ca_bundle=None,
+                                           proxy_url="http://127.0.0.1:8088",
+                                           proxy_headers={"X-Team": "a", "proxy-authorization": "Bearer old"})
+    got = client_credentials(cluster, before, frontend_port=8088, key=KEY, grants=grants)  # type: ignore[arg-type]
+    if expected is None:
+        assert got is None
+    elif expected == "unchanged":
+        assert got == before
+    else:
+        assert got is not None and got.token == before.token
+        assert dict(got.proxy_headers) == {"X-Team": "a", "Proxy-Authorization": f"Bearer {proxy_token(KEY, 'c1')}"}

@@ -101,12 +101,19 @@ class Hub:
             from tether.app.hub_tunnel import HubTunnel
 
             self.tunnel = HubTunnel(host, config)
+            # a pull member is among the controllers' members once this listener grants it
+            self.tunnel.grant_handlers.append(self._members_granted)
         self.dashboard: DashboardServer | None = None
         if config.dashboard_port is not None:
             from tether.app.dashboard.server import DashboardServer
 
             self.dashboard = DashboardServer(self, address=config.dashboard_address,
                                              port=config.dashboard_port, tls=config.dashboard_tls)
+
+    def _members_granted(self) -> None:
+        for controller in (self.mirror, self.mcs, self.kubefed_dns):
+            if controller is not None:
+                controller.members_changed()
 
     def _clusters_ready(self) -> float:
         infos = [cluster_info(c) for c in self.shared.clusters.list()]

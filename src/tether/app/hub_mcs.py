@@ -41,6 +41,12 @@ def registered(hub: Hub) -> list[tuple[ClusterInfo, ClusterCredentials]]:
         except (ValueError, KeyError) as exc:
             log.warning("cluster %s: unusable credentials: %s", info.name, exc)
             continue
+        if hub.tunnel is not None:  # a pull member: with its proxy token, once it can be dialled
+            usable = hub.tunnel.client_credentials(cluster, credentials)
+            if usable is None:
+                log.debug("cluster %s: waiting for its agent's first report and the tunnel's grant", info.name)
+                continue
+            credentials = usable
         out.append((info, credentials))
     return out
 

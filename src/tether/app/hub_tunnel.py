@@ -17,6 +17,12 @@
   (`Bearer <token>`), which every hub client already reads with the member's credentials
   (`health.proxy_headers`). So exactly who may read a member's credentials may use the listener,
   and only towards that member's API.
+- The hub's own controllers (`client_credentials`, used by `hub_mcs.registered`) do not wait for
+  that Secret: a Cluster through this listener gets its token from the hub key at once, and no
+  credentials at all until this listener grants it, so a just-registered member is never dialled
+  with a CONNECT the listener would refuse (407 before the token reached the Secret, 403 before
+  this replica saw the Cluster), nor before its agent's first report (its Ready condition; no
+  tunnel before that); `grant_handlers` run when grants change, Cluster events otherwise.
 - Publishes `tether-system/tether-cluster-info` (hub CA, tunnel address, tunnel CA, proxy URL)
   for `tether register`.
 - Several replicas (`tunnel_server_count` > 1 or leader election, see docs/hub-ha.md): each
@@ -39,7 +45,7 @@ import logging
 import os
 import secrets
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +55,14 @@ from tether.app.hubconfig import HubConfig
 from tether.federation import bootstrap
 from tether.federation.crds import CLUSTER_API_VERSION
 from tether.federation.health import HUB_NAMESPACE, PROXY_HEADER_PREFIX
-from tether.kube import AlreadyExists, Informer, KubeClient, KubeError, WatchEvent
+from tether.kube import (
+    AlreadyExists,
+    ClusterCredentials,
+    Informer,
+    KubeClient,
+    KubeError,
+    WatchEvent,
+)
 from tether.net import daemon
 from tether.objects import Obj
 from tether.tunnel import pki
@@ -144,6 +157,28 @@ def uses_listener(cluster: Mapping[str, Any], port: int) -> bool:
         return False
 
 
+def client_credentials(cluster: Obj, credentials: ClusterCredentials, *, frontend_port: int,
+                       key: bytes, grants: Mapping[str, frozenset[Destination]]) -> ClusterCredentials | None:
+    """What the hub's own clients use for `cluster`: unchanged unless it is reached through the
+    listener on `frontend_port`; then with its proxy token from the hub key (its Secret gets the
+    same token a moment after the Cluster appears), or None while the listener does not grant the
+    Cluster yet (a CONNECT would be refused) or its agent has never reported (a Cluster just
+    registered: a dial would find no tunnel)."""
+    if not frontend_port or not uses_listener(cluster, frontend_port):
+        return credentials
+    conditions = (cluster.get("status") or {}).get("conditions") or []
+    if not any(isinstance(c, Mapping) and c.get("type") == "Ready" for c in conditions):
+        return None
+    name = str((cluster.get("metadata") or {}).get("name", ""))
+    dest = api_destination(str((cluster.get("spec") or {}).get("apiEndpoint", "")))
+    token = proxy_token(key, name)
+    if dest is None or dest not in grants.get(token_key(token), frozenset()):
+        return None
+    headers = [(k, v) for k, v in credentials.proxy_headers if k.lower() != "proxy-authorization"]
+    return dataclasses.replace(credentials,
+                               proxy_headers=(*headers, ("Proxy-Authorization", f"Bearer {token}")))
+
+
 @dataclass(frozen=True)
 class AgentCerts:
     """The agent port's serving certificate and key, and the CA agents check it with."""
@@ -186,6 +221,8 @@ class HubTunnel:
         self._frontend_port = 0
         self._cluster_specs: dict[str, Any] = {}
         self._changed = asyncio.Event()
+        # called (no arguments) when the clusters this listener grants changed
+        self.grant_handlers: list[Callable[[], None]] = []
         self.clusters = Informer(host, CLUSTER_API_VERSION, "Cluster", on_event=self._on_cluster)
         self.secrets = Informer(host, "v1", "Secret", HUB_NAMESPACE,
                                 on_event=lambda _e: self._changed.set())
@@ -249,7 +286,11 @@ class HubTunnel:
             grants.setdefault(token_key(token), set()).add(dest)
             ref = spec.get("secretRef") or {}
             wanted[(str(ref.get("namespace") or HUB_NAMESPACE), str(ref.get("name") or name))] = token
+        before = dict(self.policy.grants)
         self.policy.replace_grants(grants)
+        if self.policy.grants != before:
+            for handler in self.grant_handlers:
+                handler()
         if not wanted:
             return
         # the usual namespace's Secrets are at hand; a Secret elsewhere is read on its own
@@ -276,6 +317,11 @@ class HubTunnel:
                         secret, exc)
             return
         log.info("tunnel: proxy token written to Secret %s/%s", namespace, secret)
+
+    def client_credentials(self, cluster: Obj, credentials: ClusterCredentials) -> ClusterCredentials | None:
+        """`client_credentials` for this listener: its port, the hub key, its current grants."""
+        return client_credentials(cluster, credentials, frontend_port=self._frontend_port,
+                                  key=self._key, grants=self.policy.grants)
 
     async def start(self) -> str:
         c = self.config

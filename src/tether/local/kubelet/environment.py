@@ -10,8 +10,6 @@ from tether.objects import ObjView as Obj
 
 Lookup = Callable[[str, str], Obj | None]  # (namespace, name) -> object or None
 
-_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\$")
-
 
 class ConfigError(Exception):
     """The container cannot start: the real kubelet's CreateContainerConfigError."""
@@ -96,14 +94,44 @@ def _key_ref(ref: Obj, kind: str, namespace: str, lookup: Lookup) -> str | None:
 
 
 def expand(value: str, env: Mapping[str, str]) -> str:
-    """`$(VAR)` references to earlier variables; `$$` escapes; unknown references stay as written."""
+    """Kubernetes' dependent-variable expansion (env values, command, args, subPathExpr).
 
-    def replace(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        return env.get(match.group(1), match.group(0))
+    `$(NAME)` is NAME's value when `env` has it and stays as written when not; `$$` is a literal
+    `$` (so `$$(NAME)` gives `$(NAME)`); a `$` before anything else, at the end, or an unclosed
+    `$(` stays as it is. NAME is whatever stands between the parentheses, as upstream reads it.
+    """
+    out: list[str] = []
+    at = 0
+    while True:
+        dollar = value.find("$", at)
+        if dollar < 0 or dollar + 1 >= len(value):
+            out.append(value[at:])
+            return "".join(out)
+        out.append(value[at:dollar])
+        after = value[dollar + 1]
+        if after == "$":
+            out.append("$")
+            at = dollar + 2
+        elif after == "(" and (close := value.find(")", dollar + 2)) >= 0:
+            name = value[dollar + 2:close]
+            out.append(env.get(name, f"$({name})"))
+            at = close + 1
+        else:  # `$x`, or `$(` never closed: kept; scanning goes on after the `$`'s next character
+            out.append(value[dollar:dollar + 2])
+            at = dollar + 2
 
-    return _VAR_REF.sub(replace, value)
+
+def expand_command(container: Obj, env: Mapping[str, str]) -> dict[str, Any]:
+    """The container with `$(VAR)` expanded in its command and args, as the kubelet starts it.
+
+    `env` is the container's own environment (env, envFrom, service links, downward API):
+    upstream expands with exactly those, so a name the container does not declare stays as written.
+    """
+    expanded = dict(container)
+    for field in ("command", "args"):
+        if container.get(field):
+            expanded[field] = [expand(str(part), env) for part in container[field]]
+    return expanded
 
 
 def container_env(

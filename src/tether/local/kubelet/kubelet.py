@@ -238,12 +238,25 @@ class PodWorker:
 
     # containers --------------------------------------------------------------------------
 
-    def _env(self, pod: Obj, container: Obj) -> dict[str, str]:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.directory / "home")}
-        env.update(environment.container_env(
-            pod, container, services=self.kubelet.store.list_objects("/services"),
+    def _declared_env(self, pod: Obj, container: Obj) -> dict[str, str]:
+        """The container's own environment (what `$(VAR)` in its command and args may name).
+
+        The downward API sees the addresses this worker gave the pod even before its status,
+        written asynchronously, carries them (a real kubelet has the sandbox's IP at this point).
+        """
+        status = dict(pod.get("status") or {})
+        if self.state.pod_ip:
+            status.update(podIP=self.state.pod_ip, podIPs=[{"ip": self.state.pod_ip}])
+        if self.state.host_ip:
+            status["hostIP"] = self.state.host_ip
+        return environment.container_env(
+            {**pod, "status": status}, container, services=self.kubelet.store.list_objects("/services"),
             configmaps=self.kubelet.lookup("configmaps"), secrets=self.kubelet.lookup("secrets"),
-        ))
+        )
+
+    def _env(self, pod: Obj, container: Obj, declared: dict[str, str] | None = None) -> dict[str, str]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.directory / "home")}
+        env.update(self._declared_env(pod, container) if declared is None else declared)
         meta = pod["metadata"]
         env.setdefault("POD_NAME", meta["name"])
         env.setdefault("POD_NAMESPACE", meta.get("namespace", ""))
@@ -298,8 +311,9 @@ class PodWorker:
         if component is not None:
             return await self._run_system(container, component, init=init)
         try:
-            program = images.resolve(container, self.kubelet.image_map)
-            env = self._env(pod, container)
+            declared = self._declared_env(pod, container)
+            program = images.resolve(environment.expand_command(container, declared), self.kubelet.image_map)
+            env = self._env(pod, container, declared)
             bound = [] if program.virtual else self.binds(pod, container, env)
         except (environment.ConfigError, images.ImageError, volumes.MountError) as exc:
             message = str(exc)
