@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from tether.objects import ObjView as Obj
 
