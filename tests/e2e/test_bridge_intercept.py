@@ -7,6 +7,8 @@
   header all succeed; raw TCP reaches the original pods; `tether bridge intercepts` lists both;
   the same name from another session is refused; `leave` restores the Service exactly.
 - `--all`: every request reaches the local program.
+- Requests with the header sent in a loop right across `tether leave` (and across Ctrl-C of the
+  client): none fails; they reach the local program, then the original pods.
 - SIGKILL of the client: within restore-after + 10 s the Service routes to its pods and nothing of
   the session is left; a client that comes back before expiry resumes.
 - `tether bridge reset`: a namespace left intercepted (client killed, Lease not yet expired) is
@@ -449,4 +451,60 @@ def test_a_command_stops_when_its_intercept_is_ended_elsewhere(clusters: Any, ap
         assert "was ended in the cluster" in log.read_text()
     finally:
         stop(process)
+    poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
+
+
+def ask_across_the_end(clusters: Any, ip: str, route: str, how: str, tmp_path: Path) -> list[str]:
+    """Answers to requests with the header, one new connection each, sent in a loop from before
+    the intercept ends (`tether leave` or Ctrl-C) until 30 requests after its client exited."""
+    process = start_intercept(clusters, "--port", "3001", "--route-as", route, state=tmp_path / "l",
+                              log=tmp_path / "l.log")
+    answers: list[str] = []
+    stop_asking = threading.Event()
+
+    def ask() -> None:
+        for _ in range(100_000):  # bounded; ends when told
+            if stop_asking.is_set():
+                return
+            answers.append(get(ip, {"kubernetes-route-as": route}))
+
+    asking = threading.Thread(target=ask, daemon=True)
+    try:
+        wait_routed(ip, route, "local-l")
+        asking.start()
+        poll(lambda: len(answers) >= 5, timeout=TIMEOUT_S, interval=0.1, what="requests flowing")
+        if how == "tether leave":
+            left = tether(clusters, "leave", route, "-n", NS, state=tmp_path / "l")
+            assert left.returncode == 0, left.stderr
+        else:
+            process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+        after = len(answers)
+        poll(lambda: len(answers) >= after + 30, timeout=TIMEOUT_S, interval=0.1,
+             what="requests after the client ended")
+    finally:
+        stop_asking.set()
+        if asking.is_alive():
+            asking.join(timeout=60)
+        stop(process)
+    return answers
+
+
+def test_requests_across_leave_never_fail(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    # Another developer keeps the router in place: what is shown is the router's part (the
+    # route just left, or its client just gone, answered by the original pods at once), not the
+    # Service moving back to its pods when the last intercept ends.
+    ip = app["spec"]["clusterIP"]
+    route = "leave-0001"
+    with local_program(3001, "local-l"), local_program(free_port(), "anchor"):
+        anchor = start_intercept(clusters, "--port", "3002", "--route-as", "anchor-0001", state=tmp_path / "anchor",
+                                 log=tmp_path / "anchor.log")
+        try:
+            for how in ("tether leave", "ctrl-c"):
+                answers = ask_across_the_end(clusters, ip, route, how, tmp_path)
+                failed = [a for a in answers if a != f"200 local-l {route}" and not is_original(a)]
+                assert not failed, (how, failed[:5], (tmp_path / "l.log").read_text()[-2000:])
+                assert answers[0] == f"200 local-l {route}" and is_original(answers[-1]), how
+        finally:
+            stop(anchor)
     poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")

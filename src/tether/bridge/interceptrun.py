@@ -63,7 +63,10 @@ class Holding:
 
         return open_router
 
-    async def hold(self, until: Awaitable[object] | None = None) -> None:
+    async def hold(self, until: Awaitable[object] | None = None, *,
+                   session_ended: Callable[[], bool] = lambda: False) -> None:
+        """`session_ended()` says, once `until` is done, whether the session was already ended
+        in the cluster (the router has let go of it then: no need to tell it)."""
         plan = self.started.plan
         self.pool = ParkedPool(self._opener(), plan.route, self.started.token, self.local_port,
                                local_handler(self.local_port, self.local_host))
@@ -75,7 +78,8 @@ class Holding:
                 await asyncio.gather(*tasks)
             # ending normally: the router stops sending here before the parked connections close,
             # so no request is caught between the two (it goes to the original pods instead)
-            await self.pool.leave()
+            if not session_ended():
+                await self.pool.leave()
         finally:
             for task in tasks:
                 task.cancel()

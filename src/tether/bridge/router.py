@@ -148,7 +148,10 @@ class Router:
         """Routes as the session objects say: name -> (token digest, takes all traffic)."""
         for name in list(self.routes):
             if name not in wanted or wanted[name][0] != self.routes[name].digest:
-                self.routes.pop(name).drop_parked()
+                gone = self.routes.pop(name)
+                gone.leaving = True  # its requests in progress close their connections when done
+                gone.drop_parked()
+                gone.drop_idle()
         for name, (digest, take_all) in wanted.items():
             route = self.routes.setdefault(name, Route(digest))
             route.take_all = take_all
@@ -208,6 +211,9 @@ class Router:
         writer.write(b"OK\n")
         with contextlib.suppress(ConnectionError, OSError):
             await writer.drain()
+        if self.routes.get(park.route) is not route or route.leaving:  # ended meanwhile
+            _close(writer)
+            return
         route.parked.append((reader, writer))
         route.arrived.set()
 
