@@ -460,7 +460,10 @@ class Router:
                 buffer.extend(data)
             await up_writer.drain()
 
-        sender = asyncio.create_task(send_body())
+        # most requests have no body: no task for one (a task per request costs a loop round)
+        sender = asyncio.create_task(send_body()) if body is not None else None
+        if sender is None:
+            await up_writer.drain()
         try:
             parser = http1.ResponseParser(head_request=head.method == "HEAD",
                                           connect_request=head.method == "CONNECT")
@@ -477,18 +480,20 @@ class Router:
                 writer.write(data)
                 await writer.drain()
             if answer.status == 101 or (head.method == "CONNECT" and 200 <= answer.status < 300):
-                await sender
+                if sender is not None:
+                    await sender
                 return "upgraded"
-            if not sender.done():  # answered before the body was sent (an early error)
-                return "close"
-            await sender
+            if sender is not None:
+                if not sender.done():  # answered before the body was sent (an early error)
+                    return "close"
+                await sender
             if not answer.keep_alive or not head.keep_alive:
                 return "close"
             return "upstream-done" if parser.leftover else "keep"
         except http1.ProtocolError:
             return "close"
         finally:
-            if not sender.done():
+            if sender is not None and not sender.done():
                 sender.cancel()
                 with contextlib.suppress(BaseException):
                     await sender
