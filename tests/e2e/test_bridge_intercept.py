@@ -22,7 +22,8 @@
   the pod's environment; the intercept ends with it.
 - A selector changed by someone else while intercepted is reported (Event, `bridge intercepts`)
   and left as it is by `leave`.
-- Bad input (route name, TARGET without a Service, a port the Service lacks) changes nothing.
+- Bad input (route name, TARGET without a Service: a Service without a selector or a Deployment
+  no Service selects, a port the Service lacks) changes nothing.
 """
 
 from __future__ import annotations
@@ -127,6 +128,10 @@ def app(clusters: Any) -> Iterator[dict[str, Any]]:
          "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "todos-db"},
          "spec": {"ports": [{"port": 27017}]}},  # no selector: nothing to intercept
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "todos-worker"},  # no Service
+         "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "todos-worker"}},
+                  "template": {"metadata": {"labels": {"app": "todos-worker"}},
+                               "spec": {"containers": [{"name": "worker", "image": "nginx"}]}}}},
     ))
     poll(lambda: len(ready_addresses(clusters)) == 2, timeout=TIMEOUT_S, interval=0.5, what="two ready stats-api pods")
     svc = clusters.kubectl_json("get", "service", SVC, "-n", NS)
@@ -273,18 +278,22 @@ def test_all_takes_every_request(clusters: Any, app: dict[str, Any], tmp_path: P
 def test_sigkill_restores_and_a_returning_client_resumes(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
     ip = app["spec"]["clusterIP"]
     before = comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS))
-    restore_after = 6
+    restore_after = 15  # room for the second client to start on a loaded machine
     args = ("--port", "3001", "--route-as", "naison-e4be", "--restore-after", str(restore_after))
+    session = "tether-intercept-naison-e4be"
     with local_program(3001, "local-k"):
         process = start_intercept(clusters, *args, state=tmp_path, log=tmp_path / "k.log")
         wait_routed(ip, "naison-e4be", "local-k")
+        uid = clusters.kubectl_json("get", "configmap", session, "-n", NS)["metadata"]["uid"]
         process.kill()
         process.wait()
-        # Back before the Lease expires: the same session resumes (same name, its token kept here).
+        # Back before the Lease expires: the same session resumes (same name, its token kept
+        # here): the same session object (one ended and made again would have another uid).
         again = start_intercept(clusters, *args, state=tmp_path, log=tmp_path / "k2.log")
         try:
             wait_routed(ip, "naison-e4be", "local-k")
             assert "resumed" in (tmp_path / "k2.log").read_text()
+            assert clusters.kubectl_json("get", "configmap", session, "-n", NS)["metadata"]["uid"] == uid
         finally:
             again.kill()
             again.wait()
@@ -302,6 +311,7 @@ def test_bad_input_is_refused_before_anything_changes(clusters: Any, app: dict[s
         (("intercept", "todos-db", "-n", NS, "--port", "3001"), "has no selector"),
         (("intercept", "nope", "-n", NS, "--port", "3001"), 'service "nope" not found'),
         (("intercept", "deploy/nope", "-n", NS, "--port", "3001"), 'deployment "nope" not found'),
+        (("intercept", "deploy/todos-worker", "-n", NS, "--port", "3001"), "no Service in namespace"),
         (("intercept", SVC, "-n", NS, "--port", "x"), "--port"),
     ]
     for args, message in cases:
