@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
 
+from tether.bridge import router as router_module
 from tether.bridge import routing
 from tether.bridge.channel import DirectChannel
 from tether.bridge.parking import ParkedPool, local_handler
@@ -61,6 +62,22 @@ class Setup:
     router: Router
     port: int
     pools: dict[str, ParkedPool]
+    tasks: dict[str, asyncio.Task[None]]
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(3000):  # 30 s
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def stop_pool(setup: Setup, name: str) -> None:
+    task = setup.tasks[name]
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 @pytest.fixture
@@ -76,9 +93,11 @@ async def setup() -> AsyncIterator[Setup]:
     pools = {name: ParkedPool(lambda: channel.open_tcp("127.0.0.1", park), name, token, port,
                               local_handler(port), size=2)
              for name, token, port in (("alice", "ta", alice_port), ("bob", "tb", bob_port))}
-    tasks = [asyncio.create_task(pool.run()) for pool in pools.values()]
-    yield Setup(router, listen, pools)
-    for task in tasks:
+    tasks = {name: asyncio.create_task(pool.run()) for name, pool in pools.items()}
+    # until its developer has parked, a route's requests go to the original (tested below)
+    await until(lambda: all(router.routes[name].parked for name in pools), "both developers parked")
+    yield Setup(router, listen, pools, tasks)
+    for task in tasks.values():
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -161,18 +180,91 @@ async def test_many_requests_without_the_header_all_succeed(setup: Setup) -> Non
     assert sum(await asyncio.gather(*(client() for _ in range(5)))) == 500
 
 
-async def test_unknown_route_without_parked_connection_gets_502(setup: Setup) -> None:
+async def test_a_route_whose_developer_never_parked_goes_to_the_original(setup: Setup) -> None:
     setup.router.set_routes({"alice": (routing.token_digest("ta"), False),
                              "dave": (routing.token_digest("td"), False)})
-    routing_module = __import__("tether.bridge.router", fromlist=["PARK_WAIT_S"])
-    old, routing_module.PARK_WAIT_S = routing_module.PARK_WAIT_S, 0.2
-    try:
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    assert await exchange(reader, writer, "/d", "kubernetes-route-as: dave\r\n") == "original /d 0"
+    writer.close()
+
+
+async def test_a_busy_developer_is_waited_for_then_502(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    # dave is here (a parked connection of his was handed out and is open) but has none free
+    monkeypatch.setattr(router_module, "PARK_WAIT_S", 0.3)
+    setup.router.set_routes({"dave": (routing.token_digest("td"), False)})
+    park_port = setup.router._servers[-1].sockets[0].getsockname()[1]
+    held, held_writer = await asyncio.open_connection("127.0.0.1", park_port)
+    held_writer.write(routing.encode_park("dave", "td"))
+    await held_writer.drain()
+    assert await held.readline() == b"OK\n"
+    _, first_writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    first_writer.write(b"GET /1 HTTP/1.1\r\nHost: s\r\nkubernetes-route-as: dave\r\n\r\n")
+    await first_writer.drain()
+    assert (await held.readline()).startswith(b"GO ")  # dave's only connection now carries /1
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    writer.write(b"GET /2 HTTP/1.1\r\nHost: s\r\nkubernetes-route-as: dave\r\n\r\n")
+    await writer.drain()
+    assert (await reader.read()).startswith(b"HTTP/1.1 502")
+    for w in (writer, first_writer, held_writer):
+        w.close()
+
+
+async def test_a_developer_gone_sends_their_requests_to_the_original_at_once(setup: Setup) -> None:
+    # the client stopped (or was killed): its parked connections closed, the session object is
+    # still there until the router next looks; requests with the header must not fail meanwhile
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    assert await exchange(reader, writer, "/a", "kubernetes-route-as: alice\r\n") == "alice /a 0"
+    writer.close()
+    setup.pools["alice"].handler = local_handler(free_port())  # nothing more is served
+    await stop_pool(setup, "alice")
+    assert "alice" in setup.router.routes
+    for i in range(3):
         reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
-        writer.write(b"GET / HTTP/1.1\r\nHost: s\r\nkubernetes-route-as: dave\r\n\r\n")
-        await writer.drain()
-        assert (await reader.read()).startswith(b"HTTP/1.1 502")
-    finally:
-        routing_module.PARK_WAIT_S = old
+        answer = await asyncio.wait_for(exchange(reader, writer, f"/{i}", "kubernetes-route-as: alice\r\n"),
+                                        timeout=router_module.PARK_WAIT_S / 2)
+        assert answer == f"original /{i} 0"
+        writer.close()
+
+
+async def test_leaving_loses_no_request(setup: Setup) -> None:
+    # requests with the header in a loop, on new and on keep-alive connections, right across
+    # the developer's leave: each answered, by alice before and by the originals after
+    answers: list[str] = []
+    done = asyncio.Event()
+
+    async def loop(keep_alive: bool) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+        i = 0
+        while not done.is_set() or i < 20:
+            if not keep_alive:
+                reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+            answers.append(await exchange(reader, writer, f"/{i}", "kubernetes-route-as: alice\r\n"))
+            if not keep_alive:
+                writer.close()
+            i += 1
+        writer.close()
+
+    clients = [asyncio.create_task(loop(keep_alive)) for keep_alive in (False, False, True, True)]
+    await until(lambda: sum(a.startswith("alice") for a in answers) >= 20, "20 answers from alice")
+    await setup.pools["alice"].leave()
+    await stop_pool(setup, "alice")
+    done.set()
+    await asyncio.gather(*clients)  # `exchange` asserts every answer arrived
+    assert all(a.startswith(("alice ", "original ")) for a in answers), answers
+    assert answers[-1].startswith("original ")
+    assert not any(setup.pools["alice"]._tasks)
+
+
+async def test_a_leave_needs_the_token(setup: Setup) -> None:
+    park_port = setup.router._servers[-1].sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", park_port)
+    writer.write(routing.encode_leave("alice", "stolen"))
+    await writer.drain()
+    assert (await reader.readline()).startswith(b"ERR wrong token")
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    assert await exchange(reader, writer, "/a", "kubernetes-route-as: alice\r\n") == "alice /a 0"
+    writer.close()
 
 
 async def test_a_park_with_a_wrong_token_is_refused(setup: Setup) -> None:
@@ -234,6 +326,7 @@ async def test_a_stopped_pool_has_finished_its_connections(setup: Setup) -> None
     alice = setup.pools["alice"]
     pool = ParkedPool(alice.open_router, "carol", "tc", alice.port, alice.handler, size=2)
     running = asyncio.create_task(pool.run())
+    await until(lambda: bool(setup.router.routes["carol"].parked), "carol parked")
     reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
     for _ in range(3):  # keep-alive: the developer's side stays open, spliced, after each answer
         assert (await exchange(reader, writer, "/x", "kubernetes-route-as: carol\r\n")).startswith("alice")

@@ -7,6 +7,8 @@
   header all succeed; raw TCP reaches the original pods; `tether bridge intercepts` lists both;
   the same name from another session is refused; `leave` restores the Service exactly.
 - `--all`: every request reaches the local program.
+- Requests with the header sent in a loop right across `tether leave` (and across Ctrl-C of the
+  client): none fails; they reach the local program, then the original pods.
 - SIGKILL of the client: within restore-after + 10 s the Service routes to its pods and nothing of
   the session is left; a client that comes back before expiry resumes.
 - `tether bridge reset`: a namespace left intercepted (client killed, Lease not yet expired) is
@@ -20,7 +22,8 @@
   the pod's environment; the intercept ends with it.
 - A selector changed by someone else while intercepted is reported (Event, `bridge intercepts`)
   and left as it is by `leave`.
-- Bad input (route name, TARGET without a Service, a port the Service lacks) changes nothing.
+- Bad input (route name, TARGET without a Service: a Service without a selector or a Deployment
+  no Service selects, a port the Service lacks) changes nothing.
 """
 
 from __future__ import annotations
@@ -125,6 +128,10 @@ def app(clusters: Any) -> Iterator[dict[str, Any]]:
          "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "todos-db"},
          "spec": {"ports": [{"port": 27017}]}},  # no selector: nothing to intercept
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "todos-worker"},  # no Service
+         "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "todos-worker"}},
+                  "template": {"metadata": {"labels": {"app": "todos-worker"}},
+                               "spec": {"containers": [{"name": "worker", "image": "nginx"}]}}}},
     ))
     poll(lambda: len(ready_addresses(clusters)) == 2, timeout=TIMEOUT_S, interval=0.5, what="two ready stats-api pods")
     svc = clusters.kubectl_json("get", "service", SVC, "-n", NS)
@@ -271,18 +278,22 @@ def test_all_takes_every_request(clusters: Any, app: dict[str, Any], tmp_path: P
 def test_sigkill_restores_and_a_returning_client_resumes(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
     ip = app["spec"]["clusterIP"]
     before = comparable(clusters.kubectl_json("get", "service", SVC, "-n", NS))
-    restore_after = 6
+    restore_after = 15  # room for the second client to start on a loaded machine
     args = ("--port", "3001", "--route-as", "naison-e4be", "--restore-after", str(restore_after))
+    session = "tether-intercept-naison-e4be"
     with local_program(3001, "local-k"):
         process = start_intercept(clusters, *args, state=tmp_path, log=tmp_path / "k.log")
         wait_routed(ip, "naison-e4be", "local-k")
+        uid = clusters.kubectl_json("get", "configmap", session, "-n", NS)["metadata"]["uid"]
         process.kill()
         process.wait()
-        # Back before the Lease expires: the same session resumes (same name, its token kept here).
+        # Back before the Lease expires: the same session resumes (same name, its token kept
+        # here): the same session object (one ended and made again would have another uid).
         again = start_intercept(clusters, *args, state=tmp_path, log=tmp_path / "k2.log")
         try:
             wait_routed(ip, "naison-e4be", "local-k")
             assert "resumed" in (tmp_path / "k2.log").read_text()
+            assert clusters.kubectl_json("get", "configmap", session, "-n", NS)["metadata"]["uid"] == uid
         finally:
             again.kill()
             again.wait()
@@ -300,6 +311,7 @@ def test_bad_input_is_refused_before_anything_changes(clusters: Any, app: dict[s
         (("intercept", "todos-db", "-n", NS, "--port", "3001"), "has no selector"),
         (("intercept", "nope", "-n", NS, "--port", "3001"), 'service "nope" not found'),
         (("intercept", "deploy/nope", "-n", NS, "--port", "3001"), 'deployment "nope" not found'),
+        (("intercept", "deploy/todos-worker", "-n", NS, "--port", "3001"), "no Service in namespace"),
         (("intercept", SVC, "-n", NS, "--port", "x"), "--port"),
     ]
     for args, message in cases:
@@ -449,4 +461,60 @@ def test_a_command_stops_when_its_intercept_is_ended_elsewhere(clusters: Any, ap
         assert "was ended in the cluster" in log.read_text()
     finally:
         stop(process)
+    poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")
+
+
+def ask_across_the_end(clusters: Any, ip: str, route: str, how: str, tmp_path: Path) -> list[str]:
+    """Answers to requests with the header, one new connection each, sent in a loop from before
+    the intercept ends (`tether leave` or Ctrl-C) until 30 requests after its client exited."""
+    process = start_intercept(clusters, "--port", "3001", "--route-as", route, state=tmp_path / "l",
+                              log=tmp_path / "l.log")
+    answers: list[str] = []
+    stop_asking = threading.Event()
+
+    def ask() -> None:
+        for _ in range(100_000):  # bounded; ends when told
+            if stop_asking.is_set():
+                return
+            answers.append(get(ip, {"kubernetes-route-as": route}))
+
+    asking = threading.Thread(target=ask, daemon=True)
+    try:
+        wait_routed(ip, route, "local-l")
+        asking.start()
+        poll(lambda: len(answers) >= 5, timeout=TIMEOUT_S, interval=0.1, what="requests flowing")
+        if how == "tether leave":
+            left = tether(clusters, "leave", route, "-n", NS, state=tmp_path / "l")
+            assert left.returncode == 0, left.stderr
+        else:
+            process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+        after = len(answers)
+        poll(lambda: len(answers) >= after + 30, timeout=TIMEOUT_S, interval=0.1,
+             what="requests after the client ended")
+    finally:
+        stop_asking.set()
+        if asking.is_alive():
+            asking.join(timeout=60)
+        stop(process)
+    return answers
+
+
+def test_requests_across_leave_never_fail(clusters: Any, app: dict[str, Any], tmp_path: Path) -> None:
+    # Another developer keeps the router in place: what is shown is the router's part (the
+    # route just left, or its client just gone, answered by the original pods at once), not the
+    # Service moving back to its pods when the last intercept ends.
+    ip = app["spec"]["clusterIP"]
+    route = "leave-0001"
+    with local_program(3001, "local-l"), local_program(free_port(), "anchor"):
+        anchor = start_intercept(clusters, "--port", "3002", "--route-as", "anchor-0001", state=tmp_path / "anchor",
+                                 log=tmp_path / "anchor.log")
+        try:
+            for how in ("tether leave", "ctrl-c"):
+                answers = ask_across_the_end(clusters, ip, route, how, tmp_path)
+                failed = [a for a in answers if a != f"200 local-l {route}" and not is_original(a)]
+                assert not failed, (how, failed[:5], (tmp_path / "l.log").read_text()[-2000:])
+                assert answers[0] == f"200 local-l {route}" and is_original(answers[-1]), how
+        finally:
+            stop(anchor)
     poll(lambda: not leftovers(clusters), timeout=TIMEOUT_S, interval=0.5, what="no tether objects left")

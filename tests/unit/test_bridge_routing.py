@@ -94,6 +94,18 @@ def test_bad_park_lines(line: bytes) -> None:
         routing.parse_park(line)
 
 
+def test_leave_round_trip() -> None:
+    assert routing.parse_leave(routing.encode_leave("alice", "t0ken")) == routing.Park("alice", "t0ken")
+
+
+@pytest.mark.parametrize("line", [b"TETHER-LEAVE/1 alice\n", routing.encode_park("alice", "t"),
+                                  b"TETHER-LEAVE/1 Bad t\n", b"TETHER-LEAVE/1alice t\n",
+                                  b"TETHER-LEAVE/1 alice t"])
+def test_bad_leave_lines(line: bytes) -> None:
+    with pytest.raises(ValueError):
+        routing.parse_leave(line)
+
+
 @pytest.mark.parametrize("current, wanted, expected", [
     ({"app": "stats-api"}, {"tether.io/router": "r"}, {"app": None, "tether.io/router": "r"}),
     ({"tether.io/router": "r"}, {"app": "stats-api", "tier": "api"},

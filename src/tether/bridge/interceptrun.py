@@ -2,8 +2,10 @@
 
 `keep_renewed` renews the session's Lease every few seconds; `hold` keeps connections parked
 at the router (through the `ClusterChannel`: the bridge agent's multiplexed connection, so no
-port opens here) until it is cancelled or `until` completes (the `-- CMD` child); then it ends the
-session (the last one on the Service restores it). A client killed without ending leaves the
+port opens here) until it is cancelled or `until` completes (the `-- CMD` child); then it tells
+the router it is leaving (requests for its route go to the original pods from then on) and lets
+the requests already handed to it finish, and the caller ends the session (the last one on the
+Service restores it). A client killed without ending leaves the
 Lease to expire, and the router ends the session.
 """
 
@@ -61,7 +63,10 @@ class Holding:
 
         return open_router
 
-    async def hold(self, until: Awaitable[object] | None = None) -> None:
+    async def hold(self, until: Awaitable[object] | None = None, *,
+                   session_ended: Callable[[], bool] = lambda: False) -> None:
+        """`session_ended()` says, once `until` is done, whether the session was already ended
+        in the cluster (the router has let go of it then: no need to tell it)."""
         plan = self.started.plan
         self.pool = ParkedPool(self._opener(), plan.route, self.started.token, self.local_port,
                                local_handler(self.local_port, self.local_host))
@@ -71,6 +76,10 @@ class Holding:
                 await until
             else:
                 await asyncio.gather(*tasks)
+            # ending normally: the router stops sending here before the parked connections close,
+            # so no request is caught between the two (it goes to the original pods instead)
+            if not session_ended():
+                await self.pool.leave()
         finally:
             for task in tasks:
                 task.cancel()

@@ -53,6 +53,9 @@ SERVICE_LABEL = "tether.io/intercepted-service"
 OBJECT_LABEL = "tether.io/bridge-object"
 REQUESTS_ANNOTATION = "tether.io/requests-routed"
 DRIFT_ANNOTATION = "tether.io/selector-drift"
+LEAVING_ANNOTATION = "tether.io/leaving"  # set by `end`: the router stops routing to the session
+RELEASED_ANNOTATION = "tether.io/router-released"  # the router's answer: it routes nothing there now
+RELEASE_WAIT_S = 5.0
 PARK_PORT = 15021
 DEFAULT_RESTORE_AFTER_S = 30
 ROUTER_USER = 65532
@@ -420,6 +423,12 @@ async def begin(client: KubeClient, *, target: str, namespace: str, route: str, 
             raise InterceptError(f"cannot set up the intercept of {svc_name}: {exc}") from exc
     else:
         session = existing
+        if (existing.get("metadata") or {}).get("annotations", {}).get(LEAVING_ANNOTATION):
+            # an `end` that did not finish: the router must route to this session again
+            session = await client.patch("v1", "ConfigMap", routing.session_name(route),
+                                         {"metadata": {"annotations": {LEAVING_ANNOTATION: None,
+                                                                       RELEASED_ANNOTATION: None}}},
+                                         namespace=namespace, field_manager=FIELD_MANAGER)
     try:
         save_token(context, namespace, route, token)
         await client.apply(lease_object(plan, owner_ref(session), holder_identity(user)), field_manager=FIELD_MANAGER)
@@ -437,7 +446,7 @@ async def begin(client: KubeClient, *, target: str, namespace: str, route: str, 
     except BaseException as exc:
         # Half made: undo it now rather than leave it to a router that may never have started.
         with contextlib.suppress(Exception):
-            await asyncio.shield(end(client, namespace, route, reason="setup failed"))
+            await asyncio.shield(end(client, namespace, route, reason="setup failed", release_wait_s=0))
         forget_token(context, namespace, route)
         if isinstance(exc, KubeError):
             raise InterceptError(f"cannot set up the intercept of {svc_name}: {exc}") from exc
@@ -521,12 +530,21 @@ async def _delete(client: KubeClient, api_version: str, kind: str, name: str, na
         await client.delete(api_version, kind, name, namespace)
 
 
-async def end(client: KubeClient, namespace: str, route: str, *, reason: str = "left") -> bool:
+async def end(client: KubeClient, namespace: str, route: str, *, reason: str = "left",
+              release_wait_s: float = RELEASE_WAIT_S) -> bool:
     """End one session; the last one on its Service restores the selector and removes the router.
-    False when there was no such session."""
+    False when there was no such session.
+
+    The router is told first (an annotation on the session, which it watches) and given up to
+    `release_wait_s` to answer that it routes nothing to the session any more: deleting the
+    session also deletes the session's bridge agent, the developer's end of every connection the
+    router hands their requests to, and a request must not be in one of those then (0: no wait,
+    for the router itself and for sessions whose developer is gone)."""
     session = await client.get_or_none("v1", "ConfigMap", routing.session_name(route), namespace)
     if session is None:
         return False
+    if release_wait_s > 0:
+        await _released(client, namespace, session, release_wait_s)
     data = session.get("data") or {}
     service = str(data.get("service", ""))
     others = [s for s in await sessions(client, namespace, service) if s["metadata"]["name"] != session["metadata"]["name"]]
@@ -543,6 +561,27 @@ async def end(client: KubeClient, namespace: str, route: str, *, reason: str = "
     return True
 
 
+async def _released(client: KubeClient, namespace: str, session: Obj, wait_s: float) -> None:
+    """Mark the session leaving and wait (at most `wait_s`) for its router to say it let go."""
+    name = session["metadata"]["name"]
+    try:
+        marked = await client.patch("v1", "ConfigMap", name, {"metadata": {"annotations": {LEAVING_ANNOTATION: "true"}}},
+                                    namespace=namespace, field_manager=FIELD_MANAGER)
+    except NotFound:
+        return
+    deadline = time.monotonic() + wait_s
+    while not ((marked.get("metadata") or {}).get("annotations") or {}).get(RELEASED_ANNOTATION):
+        if time.monotonic() >= deadline:
+            log.info("intercept %s: the router did not answer the leave within %gs; ending anyway",
+                     (session.get("data") or {}).get("route"), wait_s)
+            break
+        await asyncio.sleep(0.1)
+        current = await client.get_or_none("v1", "ConfigMap", name, namespace)
+        if current is None:
+            return
+        marked = current
+
+
 async def end_expired(client: KubeClient, namespace: str, route: str, lease: Obj | None) -> bool:
     """End a session whose Lease was seen expired, unless the client renewed it since: the Lease
     is deleted only at the version that was read (a renewal in between makes that a Conflict,
@@ -557,7 +596,7 @@ async def end_expired(client: KubeClient, namespace: str, route: str, lease: Obj
             return False
         except NotFound:
             pass
-    return await end(client, namespace, route, reason="lease expired")
+    return await end(client, namespace, route, reason="lease expired", release_wait_s=0)
 
 
 async def restore_service(client: KubeClient, namespace: str, service: str, original: Mapping[str, str]) -> str:

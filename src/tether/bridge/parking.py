@@ -5,6 +5,11 @@ listens on the developer's machine) and announces the route and its token on eac
 router hands one a connection (`GO peer`), it is spliced to the local program and a fresh one
 is parked in its place. A refused park (`ERR ...`) is reported and retried with backoff: the
 session object may not have reached the router yet.
+
+`leave` ends it gracefully: the router is told first (`routing.encode_leave`), so it hands out no
+parked connection any more and sends this developer's requests to the original pods; then the
+parked connections, which the router closes, are not replaced, and the requests already handed
+here are finished before the pool stops.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ log = logging.getLogger(__name__)
 
 PARKED = 4
 MAX_BACKOFF_S = 2.0
+LEAVE_GRACE_S = 10.0  # for requests already handed here when leaving
 
 Opener = Callable[[], Awaitable[ByteStream]]
 
@@ -74,12 +80,51 @@ class ParkedPool:
     served: int = 0
     last_error: str = ""
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _left: asyncio.Event = field(default_factory=asyncio.Event)
+    _slots: int = 0
+    _no_slots: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def leaving(self) -> bool:
+        return self._left.is_set()
+
+    async def leave(self, grace_s: float = LEAVE_GRACE_S) -> None:
+        """Tell the router this developer is going, then let what it already handed here finish
+        (at most `grace_s`); cancel `run` after this."""
+        self._left.set()
+        try:
+            async with asyncio.timeout(grace_s):
+                stream = await self.open_router()
+                try:
+                    await stream.send(routing.encode_leave(self.route, self.token))
+                    answer, _ = await _read_line(stream)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await stream.aclose()
+            if answer != b"OK\n":
+                log.info("intercept %s: the router answered the leave with %s", self.route,
+                         answer.decode("ascii", "replace").strip())
+        except Exception as exc:  # the router is gone or unreachable: nothing hands out requests
+            log.info("intercept %s: could not tell the router: %s", self.route, exc)
+        # Each parked connection now ends one of two ways: closed by the router, or carrying a
+        # request handed out just before the leave (its `GO` may arrive after the router's
+        # answer above, on another connection). Every slot sees which before the pool stops.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_s):
+                if self._slots:
+                    await self._no_slots.wait()
+                served = list(self._tasks)
+                if served:
+                    await asyncio.wait(served)
 
     async def run(self) -> None:
         try:
             async with asyncio.TaskGroup() as group:
                 for _ in range(self.size):
                     group.create_task(self._slot())
+            # the slots end by themselves only when leaving: what they handed on finishes first
+            # (`leave` bounds that; cancelling `run` cuts it short)
+            while self._tasks:
+                await asyncio.wait(list(self._tasks))
         finally:
             # the served connections end with the pool: cancelled and awaited, so the caller
             # that ends the session next finds them closed
@@ -89,23 +134,42 @@ class ParkedPool:
             if served:
                 await asyncio.wait(served)
 
+    async def _pause(self, seconds: float) -> None:
+        """A backoff that a leave cuts short."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._left.wait()
+
     async def _slot(self) -> None:
+        self._slots += 1
+        try:
+            await self._parking()
+        finally:
+            self._slots -= 1
+            if not self._slots:
+                self._no_slots.set()
+
+    async def _parking(self) -> None:
         backoff = 0.1
-        while True:
+        while not self.leaving():
             try:
                 stream = await self.open_router()
             except Exception as exc:  # the channel reports its own errors; retry while we run
                 self.last_error = f"cannot reach the router: {exc}"
-                await asyncio.sleep(backoff)
+                await self._pause(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
+            if self.leaving():  # decided while the connection was being opened
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+                return
             try:
                 await stream.send(routing.encode_park(self.route, self.token))
                 answer, rest = await _read_line(stream)
                 if answer != b"OK\n":
                     self.last_error = answer.decode("ascii", "replace").strip()
                     await stream.aclose()
-                    await asyncio.sleep(backoff)
+                    await self._pause(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
                 backoff = 0.1
@@ -115,7 +179,7 @@ class ParkedPool:
                 self.last_error = str(exc)
                 with contextlib.suppress(Exception):
                     await stream.aclose()
-                await asyncio.sleep(backoff)
+                await self._pause(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
             self.served += 1

@@ -13,6 +13,13 @@ Original pods are dialled at their own addresses (the cloned Service's endpoints
 through a Service IP, so the router never loops back into itself. Developers are reached
 through connections they parked here ahead of time (`routing.encode_park`): a request for a
 route takes one, writes `GO peer`, and the connection then carries the request's bytes.
+
+A developer counts as there while a connection of theirs is open here (parked, or carrying
+requests). A request for a route whose developer is not (their client stopped or was killed, the
+route was just left, or has not parked yet) goes to the original pods like a request without
+the header, rather than failing until the next look at the sessions; so does a request for a
+route its developer is leaving (`routing.encode_leave`: the client says so before closing, and
+the router hands out none of its parked connections from then on).
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ PARK_WAIT_S = 10.0
 MAX_PARKED = 64
 READ = 64 * 1024
 DIAL_TIMEOUT_S = 10.0
+LEAVE_HOLD_S = 15.0  # after a leave, parks for the route are refused this long
+PRESENCE_CHECK_S = 0.1  # while waiting for a busy developer's next park
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -51,9 +60,44 @@ class Route:
     digest: str
     take_all: bool = False
     parked: deque[Stream] = field(default_factory=deque)
+    handed: list[Stream] = field(default_factory=list)  # taken by requests, maybe still open
+    busy: set[asyncio.StreamWriter] = field(default_factory=set)  # of `handed`: in a request or a splice
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    leaving: bool = False  # the developer said they are going: no more requests for them
+    left_at: float = 0.0
     requests: int = 0
     connections: int = 0
+
+    def present(self) -> bool:
+        """Whether the developer is still here: a connection of theirs is open (EOF is seen on
+        an idle connection too: its transport keeps reading)."""
+        if self.leaving:
+            return False
+        if any(not _open(s) for s in self.parked):
+            kept = deque(s for s in self.parked if _open(s))
+            for stream in self.parked:
+                if stream not in kept:
+                    _close(stream[1])
+            self.parked = kept
+        self.handed[:] = [s for s in self.handed if _open(s)]
+        return bool(self.parked or self.handed)
+
+    def drop_parked(self) -> None:
+        for _, writer in self.parked:
+            _close(writer)
+        self.parked.clear()
+        self.arrived.set()  # waiters look again (and find the developer gone)
+
+    def drop_idle(self) -> None:
+        """Close the handed connections kept between a client's requests (the developer's side
+        then finishes at once); those in a request or a splice close when it ends."""
+        for _, writer in self.handed:
+            if writer not in self.busy:
+                _close(writer)
+
+
+def _open(stream: Stream) -> bool:
+    return not stream[0].at_eof() and not stream[1].is_closing()
 
 
 def _close(writer: asyncio.StreamWriter) -> None:
@@ -104,9 +148,10 @@ class Router:
         """Routes as the session objects say: name -> (token digest, takes all traffic)."""
         for name in list(self.routes):
             if name not in wanted or wanted[name][0] != self.routes[name].digest:
-                route = self.routes.pop(name)
-                for _, writer in route.parked:
-                    _close(writer)
+                gone = self.routes.pop(name)
+                gone.leaving = True  # its requests in progress close their connections when done
+                gone.drop_parked()
+                gone.drop_idle()
         for name, (digest, take_all) in wanted.items():
             route = self.routes.setdefault(name, Route(digest))
             route.take_all = take_all
@@ -116,6 +161,10 @@ class Router:
 
     def _all_route(self) -> str | None:
         return next((name for name, route in sorted(self.routes.items()) if route.take_all), None)
+
+    def _routable(self) -> frozenset[str]:
+        """Routes a request may ask for: those whose developer has not said they are leaving."""
+        return frozenset(name for name, route in self.routes.items() if not route.leaving)
 
     # serving ---------------------------------------------------------------------------------
 
@@ -129,18 +178,27 @@ class Router:
         for server in self._servers:
             server.close()
         for route in self.routes.values():
-            for _, writer in route.parked:
-                _close(writer)
+            route.drop_parked()
 
     async def _park(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(10):
                 line = await reader.readline()
+            if line.startswith(routing.LEAVE_MAGIC.encode()):
+                await self._leave(line, writer)
+                return
             park = routing.parse_park(line)
             why = routing.authorize_park(park, {n: r.digest for n, r in self.routes.items()})
             route = self.routes.get(park.route)
             if why is None and route is not None and len(route.parked) >= MAX_PARKED:
                 why = "too many parked connections"
+            if why is None and route is not None and route.leaving:
+                # a park sent before its developer left arrives after: refused, or requests would
+                # be handed to a client that is stopping; a client back later resumes
+                if asyncio.get_running_loop().time() - route.left_at < LEAVE_HOLD_S:
+                    why = f"route {park.route!r} is leaving"
+                else:
+                    route.leaving = False
         except (ValueError, TimeoutError, ConnectionError, OSError, asyncio.LimitOverrunError) as exc:
             why = str(exc) or "bad park line"
             route = None
@@ -153,19 +211,45 @@ class Router:
         writer.write(b"OK\n")
         with contextlib.suppress(ConnectionError, OSError):
             await writer.drain()
+        if self.routes.get(park.route) is not route or route.leaving:  # ended meanwhile
+            _close(writer)
+            return
         route.parked.append((reader, writer))
         route.arrived.set()
 
-    async def _developer(self, name: str, peer: str) -> Stream:
-        route = self.routes.get(name)
-        if route is None:
-            raise NoRoute(f"route {name} is gone")
+    async def _leave(self, line: bytes, writer: asyncio.StreamWriter) -> None:
+        """The developer is going: none of their parked connections is handed out from now on,
+        so none is closed under a request; their requests go to the original pods."""
+        try:
+            park = routing.parse_leave(line)
+            route = self.routes.get(park.route)
+            why = None if route is None else routing.authorize_park(park, {park.route: route.digest})
+        except ValueError as exc:
+            why, route = str(exc), None
+        if why is None and route is not None:
+            route.leaving = True
+            route.left_at = asyncio.get_running_loop().time()
+            route.drop_parked()
+            route.drop_idle()
+            log.info("route %s: its developer is leaving", park.route)
+        with contextlib.suppress(ConnectionError, OSError):
+            writer.write(b"OK\n" if why is None else f"ERR {why}\n".encode())
+            await writer.drain()
+        _close(writer)
+
+    async def _developer(self, name: str, peer: str) -> Stream | None:
+        """A connection to the developer of route `name`, or None when they are not here (the
+        caller sends the request to the original pods). `NoRoute` when they are, but every
+        connection of theirs stayed busy for `PARK_WAIT_S`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PARK_WAIT_S
         while True:
+            route = self.routes.get(name)
+            if route is None or not route.present():
+                return None
             while route.parked:
                 reader, writer = route.parked.popleft()
-                if reader.at_eof() or writer.is_closing():
+                if not _open((reader, writer)):
                     _close(writer)
                     continue
                 try:
@@ -174,13 +258,15 @@ class Router:
                 except (ConnectionError, OSError):
                     _close(writer)
                     continue
+                route.handed.append((reader, writer))
                 return reader, writer
-            route.arrived.clear()
             remaining = deadline - loop.time()
-            if remaining <= 0 or self.routes.get(name) is not route:
-                raise NoRoute(f"the developer of route {name} has no connection parked here")
+            if remaining <= 0:
+                raise NoRoute(f"the developer of route {name} has no free connection parked here")
+            route.arrived.clear()
+            # woken by a new park or the route's end; else look again whether they are still here
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
+                async with asyncio.timeout(min(remaining, PRESENCE_CHECK_S)):
                     await route.arrived.wait()
 
     async def _original(self, port: int) -> Stream:
@@ -204,10 +290,20 @@ class Router:
         try:
             take_all = self._all_route()
             if take_all is not None:
-                route = self.routes[take_all]
-                route.connections += 1
-                route.requests += 1
-                await splice((reader, writer), await self._developer(take_all, peer))
+                developer = await self._developer(take_all, peer)
+                route = self.routes.get(take_all)
+                if developer is not None and route is not None:
+                    route.connections += 1
+                    route.requests += 1
+                    route.busy.add(developer[1])
+                    try:
+                        await splice((reader, writer), developer)
+                    finally:
+                        route.busy.discard(developer[1])
+                    return
+                # the developer is gone: the originals take the connection, whatever it speaks
+                self.original_requests += 1
+                await splice((reader, writer), await self._original(port))
                 return
             buffer = bytearray()
             kind = routing.NEED_MORE
@@ -251,16 +347,23 @@ class Router:
                     buffer += data
             fields = [(_text(name), _text(value)) for name, value in hpack.Decoder().decode(block, raw=True)]
             authority = next((value for name, value in fields if name == ":authority"), None)
-            destination = routing.decide(routing.request_route(fields), frozenset(self.routes), authority, self.hosts)
+            destination = routing.decide(routing.request_route(fields), self._routable(), authority, self.hosts)
         except (ValueError, TimeoutError, hpack.HPACKError) as exc:
             log.info("h2c connection from %s: %s; sent to the original pods", peer, exc)
-        if destination.developer:
-            self.routes[destination.route].requests += 1
-            upstream = await self._developer(destination.route, peer)
+        upstream = await self._developer(destination.route, peer) if destination.developer else None
+        route = self.routes.get(destination.route)
+        if upstream is not None and route is not None:
+            route.requests += 1
+            route.busy.add(upstream[1])
         else:
+            route = None
             self.original_requests += 1
             upstream = await self._original(port)
-        await splice((reader, writer), upstream, bytes(buffer))
+        try:
+            await splice((reader, writer), upstream, bytes(buffer))
+        finally:
+            if route is not None:
+                route.busy.discard(upstream[1])
 
     async def _http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int,
                     buffer: bytearray, peer: str) -> None:
@@ -283,33 +386,56 @@ class Router:
                 except http1.ProtocolError as exc:
                     await _answer(writer, 400, f"bad request: {exc}")
                     return
-                destination = routing.decide(routing.request_route(head.fields), frozenset(self.routes),
+                destination = routing.decide(routing.request_route(head.fields), self._routable(),
                                              head.headers.get("host"), self.hosts)
                 try:
-                    upstream = upstreams.get(destination)
-                    if upstream is None or upstream[0].at_eof():
-                        upstream = upstreams[destination] = await (
-                            self._developer(destination.route, peer) if destination.developer
-                            else self._original(port))
+                    upstream = await self._upstream(upstreams, destination, port, peer)
+                    if upstream is None:  # the developer is not here: as a request without the header
+                        destination = routing.ORIGINAL
+                        upstream = await self._upstream(upstreams, destination, port, peer)
                 except NoRoute as exc:
                     await _answer(writer, 502 if destination.developer else 503, str(exc))
                     return
-                if destination.developer:
-                    self.routes[destination.route].requests += 1
+                if upstream is None:
+                    return
+                route = self.routes.get(destination.route) if destination.developer else None
+                if route is not None:
+                    route.requests += 1
                 else:
                     self.original_requests += 1
-                outcome = await self._exchange(head, raw_head, body, buffer, reader, writer, upstream)
-                if outcome == "upgraded":
-                    await splice((reader, writer), upstream, bytes(buffer))
-                    return
+                if route is not None:
+                    route.busy.add(upstream[1])
+                try:
+                    outcome = await self._exchange(head, raw_head, body, buffer, reader, writer, upstream)
+                    if outcome == "upgraded":
+                        await splice((reader, writer), upstream, bytes(buffer))
+                        return
+                finally:
+                    if route is not None:
+                        route.busy.discard(upstream[1])
                 if outcome == "close":
                     return
-                if outcome == "upstream-done":
+                if outcome == "upstream-done" or (route is not None and route.leaving):
                     _close(upstream[1])
                     del upstreams[destination]
         finally:
             for _, up_writer in upstreams.values():
                 _close(up_writer)
+
+    async def _upstream(self, upstreams: dict[routing.Destination, Stream], destination: routing.Destination,
+                        port: int, peer: str) -> Stream | None:
+        """The connection a request for `destination` goes on: the one this client connection
+        used last for it, else a new one (None: the developer is not here)."""
+        upstream = upstreams.get(destination)
+        if upstream is not None and _open(upstream):
+            return upstream
+        if upstream is not None:
+            _close(upstream[1])
+            del upstreams[destination]
+        fresh = await (self._developer(destination.route, peer) if destination.developer else self._original(port))
+        if fresh is not None:
+            upstreams[destination] = fresh
+        return fresh
 
     async def _exchange(self, head: http1.RequestHead, raw_head: bytes, body: http1.BodyDecoder | None,
                         buffer: bytearray, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -334,7 +460,10 @@ class Router:
                 buffer.extend(data)
             await up_writer.drain()
 
-        sender = asyncio.create_task(send_body())
+        # most requests have no body: no task for one (a task per request costs a loop round)
+        sender = asyncio.create_task(send_body()) if body is not None else None
+        if sender is None:
+            await up_writer.drain()
         try:
             parser = http1.ResponseParser(head_request=head.method == "HEAD",
                                           connect_request=head.method == "CONNECT")
@@ -351,18 +480,20 @@ class Router:
                 writer.write(data)
                 await writer.drain()
             if answer.status == 101 or (head.method == "CONNECT" and 200 <= answer.status < 300):
-                await sender
+                if sender is not None:
+                    await sender
                 return "upgraded"
-            if not sender.done():  # answered before the body was sent (an early error)
-                return "close"
-            await sender
+            if sender is not None:
+                if not sender.done():  # answered before the body was sent (an early error)
+                    return "close"
+                await sender
             if not answer.keep_alive or not head.keep_alive:
                 return "close"
             return "upstream-done" if parser.leftover else "keep"
         except http1.ProtocolError:
             return "close"
         finally:
-            if not sender.done():
+            if sender is not None and not sender.done():
                 sender.cancel()
                 with contextlib.suppress(BaseException):
                     await sender

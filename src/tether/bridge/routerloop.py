@@ -1,6 +1,10 @@
 """`tether bridge router`: the routing proxy in its pod, kept in step with the sessions.
 
-Every second: the sessions on the Service become the router's routes; the cloned Service's
+Every second, and at once when a session object of the Service changes (a watch wakes the loop:
+`tether leave` from another machine takes effect without waiting for the next round): the
+sessions on the Service become the router's routes (but for sessions `end` has marked leaving:
+their routes are dropped at once and the router says so on the session, so that `end` deletes
+the session, and with it the developer's bridge agent, only once no request is handed there); the cloned Service's
 ready endpoints are the original pods it dials; a session whose Lease expired is ended (the
 last one restores the Service's selector and removes the router, this pod included); the
 Service's selector is checked (changed by someone else: an Event and an annotation on the
@@ -40,15 +44,40 @@ class RouterLoop:
     _drift_reported: bool = False
     _seen_routed: bool = False  # the selector is moved after the router is Ready: no drift before
     _last_counts: float = 0.0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
+        watching = asyncio.create_task(self._watch_sessions())
+        try:
+            while True:
+                self._changed.clear()
+                try:
+                    if not await self.step():
+                        return
+                except KubeError as exc:
+                    log.warning("router %s: %s", self.service, exc)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_s):
+                        await self._changed.wait()
+        finally:
+            watching.cancel()
+            with contextlib.suppress(BaseException):
+                await watching
+
+    async def _watch_sessions(self) -> None:
+        """Wake the loop whenever a session of this Service is added, changed or deleted."""
+        selector = f"{intercepts.OBJECT_LABEL}=session,{intercepts.SERVICE_LABEL}={self.service}"
         while True:
             try:
-                if not await self.step():
-                    return
-            except KubeError as exc:
-                log.warning("router %s: %s", self.service, exc)
-            await asyncio.sleep(self.poll_s)
+                async with contextlib.aclosing(self.client.watch("v1", "ConfigMap", self.namespace,
+                                                                 label_selector=selector,
+                                                                 allow_bookmarks=False)) as events:
+                    async for event in events:
+                        if event.type != "BOOKMARK":
+                            self._changed.set()
+            except (KubeError, OSError) as exc:
+                log.debug("router %s: session watch: %s", self.service, exc)
+            await asyncio.sleep(self.poll_s)  # the loop still polls meanwhile
 
     async def step(self) -> bool:
         """One round; False once no session is left (the router has been removed)."""
@@ -76,8 +105,16 @@ class RouterLoop:
             if dict(((svc or {}).get("spec") or {}).get("selector") or {}) != routing.router_selector(self.service):
                 await intercepts.remove_router(self.client, self.namespace, self.service)
                 return False
+        routed = [s for s in live if not _annotations(s).get(intercepts.LEAVING_ANNOTATION)]
         self.router.set_routes({str(s["data"]["route"]): (str(s["data"].get("tokenDigest", "")),
-                                                           s["data"].get("mode") == "all") for s in live})
+                                                           s["data"].get("mode") == "all") for s in routed})
+        for session in live:  # `end` waits for this before it deletes the session (and its agent)
+            notes = _annotations(session)
+            if notes.get(intercepts.LEAVING_ANNOTATION) and not notes.get(intercepts.RELEASED_ANNOTATION):
+                with contextlib.suppress(KubeError):
+                    await self.client.patch("v1", "ConfigMap", session["metadata"]["name"],
+                                            {"metadata": {"annotations": {intercepts.RELEASED_ANNOTATION: "true"}}},
+                                            namespace=self.namespace, field_manager=intercepts.FIELD_MANAGER)
         hosts: dict[str, str] = {}
         for session in live:
             with contextlib.suppress(ValueError, TypeError):
@@ -143,6 +180,10 @@ class RouterLoop:
                                         {"metadata": {"annotations": {intercepts.REQUESTS_ANNOTATION: str(count)}}},
                                         namespace=self.namespace, field_manager=intercepts.FIELD_MANAGER)
                 self._written[route] = count
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
 
 
 async def serve(client: KubeClient, *, namespace: str, service: str, listen: list[int], park_port: int,

@@ -32,6 +32,7 @@ H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 HTTP1, H2C, OTHER, NEED_MORE = "http1", "h2c", "other", "more"
 
 PARK_MAGIC = "TETHER-PARK/1"
+LEAVE_MAGIC = "TETHER-LEAVE/1"
 MAX_PARK_LINE = 512
 
 
@@ -221,6 +222,19 @@ def parse_park(line: bytes) -> Park:
         raise ValueError("not a park line")
     validate_route_name(parts[1])
     return Park(parts[1], parts[2])
+
+
+def encode_leave(route: str, token: str) -> bytes:
+    """Developer -> router, on a connection of its own: hand out none of my parked connections
+    any more (I am about to close them); my requests go to the original pods."""
+    return f"{LEAVE_MAGIC} {route} {token}\n".encode()
+
+
+def parse_leave(line: bytes) -> Park:
+    """A leave line (same fields as a park line); `ValueError` with a reason if bad."""
+    if not line.startswith(LEAVE_MAGIC.encode() + b" "):
+        raise ValueError("not a leave line")
+    return parse_park(PARK_MAGIC.encode() + line[len(LEAVE_MAGIC):])
 
 
 def authorize_park(park: Park, digests: Mapping[str, str]) -> str | None:

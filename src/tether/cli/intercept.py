@@ -150,7 +150,8 @@ def intercept(
                     # Ctrl-C, or the session ended in the cluster (`tether leave`, `bridge reset`,
                     # an expired Lease): the command would otherwise run on with no traffic
                     left = asyncio.ensure_future(_until_left(client, ns, route, stop))
-                    await holding.hold(asyncio.wait({waiter, left}, return_when=asyncio.FIRST_COMPLETED))
+                    await holding.hold(asyncio.wait({waiter, left}, return_when=asyncio.FIRST_COMPLETED),
+                                       session_ended=lambda: left.done() and not stop.is_set())
                     ended_elsewhere = left.done() and not stop.is_set() and child.returncode is None
                     left.cancel()
                     await asyncio.wait([left])
@@ -164,7 +165,7 @@ def intercept(
                         code = 1
                 else:
                     typer.echo(f"until `tether leave {route}` (or Ctrl-C)", err=True)
-                    await holding.hold(_until_left(client, ns, route, stop))
+                    await holding.hold(_until_left(client, ns, route, stop), session_ended=lambda: not stop.is_set())
             finally:
                 renewing.cancel()
                 await asyncio.wait([renewing])  # no renewal may land after the session ended
