@@ -47,7 +47,7 @@ from tether.federation.propagation import (
     KubeFedController,
     cluster_info,
 )
-from tether.federation.registrations import SWEEP_S, RegistrationController
+from tether.federation.registrations import RegistrationController
 from tether.federation.template_status import TemplateStatusTarget
 from tether.kube import KubeClient, in_cluster, load_kubeconfig
 from tether.kube.leaderelection import ElectionConfig
@@ -76,8 +76,7 @@ class Hub:
         self.taint_policies = ClusterTaintPolicyController(host, self.shared)
         self.rebalancers = WorkloadRebalancerController(host, self.karmada)
         self.executor = WorkExecutor(host, self.shared, self.metrics, resync_s=config.resync_s)
-        # its sweep is a safety net too: never rarer than the resync (tests shorten both)
-        self.registrations = RegistrationController(host, sweep_s=min(SWEEP_S, config.resync_s))
+        self.registrations = RegistrationController(host)
         self.mirror = hub_mirror.build(self)  # MirrorPolicy: Services mirrored between members
         self.kubefed_clusters = KubeFedClusterViews(host)
         self.shared.cluster_handlers.append(self.kubefed_clusters.on_cluster)
