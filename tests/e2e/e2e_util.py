@@ -6,15 +6,19 @@ import importlib.util
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 _counter = itertools.count()
 
@@ -157,3 +161,135 @@ def start_hub_run(kubeconfig: Path, context: str, log: Path) -> Collected:
         log.write_text("\n".join(hub.snapshot()))
         raise
     return hub
+
+
+# Semaphore's names and its documented CoreDNS stanza -----------------------------------------------
+
+SEMAPHORE_MIRROR = "aws-sys-log-73736d-fluentd"  # `tether mirror`'s name for aws's sys-log/fluentd
+# The stanza Semaphore documents for a remote cluster with prefix `aws`: `x.ns.svc.cluster.aws` is
+# rewritten to the mirror Service's name, and the answer carries the name that was asked.
+SEMAPHORE_STANZA = r"""cluster.aws {
+    errors
+    health
+    rewrite continue {
+      name regex ([a-zA-Z0-9-_]*\.)?([a-zA-Z0-9-_]*)\.([a-zv0-9-_]*)\.svc\.cluster\.aws {1}aws-{3}-73736d-{2}.sys-semaphore.svc.cluster.local
+      answer name ([a-zA-Z0-9-_]*\.)?aws-([a-zA-Z0-9-_]*)-73736d-([a-zA-Z0-9-_]*)\.sys-semaphore\.svc\.cluster\.local {1}{3}.{2}.svc.cluster.aws
+    }
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+      pods insecure
+      endpoint_pod_names
+      upstream
+      fallthrough in-addr.arpa ip6.arpa
+    }
+    forward . /etc/resolv.conf
+    cache 30
+    loop
+    reload
+    loadbalance
+}
+"""
+
+
+def dig_answers(out: str) -> list[str]:
+    """The ANSWER section of `dig`'s output, one record a line, white space folded."""
+    section, found = False, []
+    for line in out.splitlines():
+        if line.startswith(";; ANSWER SECTION"):
+            section = True
+        elif section and not line.strip():
+            break
+        elif section:
+            found.append(" ".join(line.split()))
+    return found
+
+
+# network-namespace clusters (run those tests under `flock /tmp/tether-netns.lock`) ----------------
+
+NETNS_SKIP_REASON = "netns mode creates network namespaces: needs root (CI runs as root)"
+
+
+def needs_netns(*tools: str) -> list[pytest.MarkDecorator]:
+    """A netns test's marks: e2e, root, `ip` and `tools` on PATH."""
+    missing = [t for t in ("ip", *tools) if shutil.which(t) is None]
+    return [pytest.mark.e2e,
+            pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason=NETNS_SKIP_REASON),
+            pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)} on PATH")]
+
+
+def needs_wireguard() -> pytest.MarkDecorator:
+    return pytest.mark.skipif(shutil.which("wireguard-go") is None and not Path("/sys/module/wireguard").exists(),
+                              reason="needs wireguard-go or the kernel WireGuard module")
+
+
+# Run in a pod's network namespace: from argv[1] to argv[2]:argv[3], one HTTP GET; its status line.
+POD_HTTP_GET = """
+import socket, sys
+s = socket.socket()
+s.settimeout(5)
+s.bind((sys.argv[1], 0))
+s.connect((sys.argv[2], int(sys.argv[3])))
+s.sendall(b"GET / HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n")
+print(s.recv(64).decode(errors="replace").split("\\r\\n")[0])
+"""
+
+
+def run(*argv: str, check: bool = True, timeout: float = 120, input: str | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    """A command to its end; with `check`, its failure fails the test with its output."""
+    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input)
+    if check:
+        assert result.returncode == 0, f"{' '.join(argv)}: {result.stdout}{result.stderr}"
+    return result
+
+
+def tether_cli(*args: str, timeout: float = 180, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`tether <args>` (this checkout's) to its end."""
+    return subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def netns_names() -> set[str]:
+    """The network namespaces `ip netns` knows."""
+    try:
+        return {p.name for p in Path("/run/netns").iterdir()}
+    except OSError:
+        return set()
+
+
+class KubectlFleet:
+    """kubectl on the clusters of one `tether local up --data-dir`, a discovery cache per cluster."""
+
+    def __init__(self, data_dir: Path, cache: Path) -> None:
+        self.data_dir = data_dir
+        self.cache = cache
+
+    def kubectl(self, cluster: str, *args: str, input: str | None = None, check: bool = True) -> str:
+        env = dict(os.environ, KUBECONFIG=str(self.data_dir / "kubeconfig"), KUBECACHEDIR=str(self.cache / cluster))
+        result = subprocess.run([kubectl_binary(), "--context", cluster, *args], input=input,
+                                capture_output=True, text=True, timeout=120, env=env)
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stdout}{result.stderr}"
+        return result.stdout
+
+    def json(self, cluster: str, *args: str) -> Any:
+        return json.loads(self.kubectl(cluster, *args, "-o", "json"))
+
+
+@contextmanager
+def netns_clusters(data_dir: Path, names: tuple[str, ...], *, meshed: bool = False) -> Iterator[dict[str, int]]:
+    """`tether local up --netns --nodes 1` with `names`; yields each one's cluster index. On the way
+    out `tether local down` (after `tether mesh local --cleanup` when `meshed`: a wireguard-go
+    keeps its namespace alive after `ip netns del`), which must succeed."""
+    up = tether_cli("local", "up", "--netns", "--data-dir", str(data_dir),
+                    *(a for name in names for a in ("--name", name)), "--nodes", "1")
+    index: dict[str, int] = {}
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        for name in names:
+            index[name] = int(json.loads((data_dir / "clusters" / name / "network.json").read_text())["index"])
+        yield index
+    finally:
+        if meshed and index:
+            tether_cli("mesh", "local", "--data-dir", str(data_dir), "--clusters", ",".join(names), "--cleanup")
+        down = tether_cli("local", "down", "--data-dir", str(data_dir))
+        assert down.returncode == 0, down.stdout + down.stderr

@@ -52,7 +52,8 @@ def pulled(hub: Hub) -> Iterator[Path]:
         agent = Proc([sys.executable, "-m", "tether", "tunnel", "agent", "--allow-insecure",
                       "--proxy-server-host", "127.0.0.1", "--proxy-server-port", str(agent_port),
                       "--health-server-host", "127.0.0.1", "--health-server-port", str(agent_health),
-                      "--admin-server-port", str(agent_admin), "--agent-identifiers", "host=127.0.0.1"])
+                      "--admin-server-port", str(agent_admin), "--agent-identifiers", "host=127.0.0.1",
+                      "--drain-timeout", "0"])  # draining: tests/security/test_tunnel_security.py
         with agent:
             poll(lambda: hub.kubectl("get", "--raw", "/version", config=config, check=False).returncode == 0,
                  timeout=30, interval=0.5, what="the pull member through the tunnel")

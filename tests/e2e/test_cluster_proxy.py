@@ -368,7 +368,8 @@ def test_pull_member_through_the_tunnel(hub: Hub, echo: str) -> None:
                       "--proxy-server-host", "127.0.0.1", "--proxy-server-port", str(agent_port),
                       "--health-server-host", "127.0.0.1", "--health-server-port", str(agent_health),
                       "--admin-server-port", str(agent_admin),
-                      "--agent-identifiers", "host=127.0.0.1"])
+                      "--agent-identifiers", "host=127.0.0.1",
+                      "--drain-timeout", "0"])  # draining: tests/security/test_tunnel_security.py
         with agent:
             poll(lambda: hub.kubectl("get", "--raw", "/version", config=config,
                                      check=False).returncode == 0,

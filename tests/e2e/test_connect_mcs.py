@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from e2e_util import Collected, poll, root_conftest
+from e2e_util import SEMAPHORE_MIRROR, SEMAPHORE_STANZA, Collected, dig_answers, poll, root_conftest
 
 pytestmark = pytest.mark.e2e
 
@@ -296,48 +296,13 @@ def test_export_without_a_service_is_not_valid(world: World) -> None:
     assert world.get("west", "serviceimports.multicluster.x-k8s.io", "ghost", "-n", NS) is None
 
 
-
 # Semaphore's names, and the local cluster DNS's Corefile -------------------------------------
-
-MIRROR = "aws-sys-log-73736d-fluentd"
-SEMAPHORE_STANZA = r"""cluster.aws {
-    errors
-    health
-    rewrite continue {
-      name regex ([a-zA-Z0-9-_]*\.)?([a-zA-Z0-9-_]*)\.([a-zv0-9-_]*)\.svc\.cluster\.aws {1}aws-{3}-73736d-{2}.sys-semaphore.svc.cluster.local
-      answer name ([a-zA-Z0-9-_]*\.)?aws-([a-zA-Z0-9-_]*)-73736d-([a-zA-Z0-9-_]*)\.sys-semaphore\.svc\.cluster\.local {1}{3}.{2}.svc.cluster.aws
-    }
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-      pods insecure
-      endpoint_pod_names
-      upstream
-      fallthrough in-addr.arpa ip6.arpa
-    }
-    forward . /etc/resolv.conf
-    cache 30
-    loop
-    reload
-    loadbalance
-}
-"""
 
 
 def cluster_dig(world: World, context: str, *args: str) -> str:
     address = json.loads((world.clusters.data_dir / "clusters" / context / "dns.json").read_text())
     return subprocess.run(["dig", f"@{address['ip']}", "-p", str(address["port"]), "+tries=1", "+time=5", *args],
                           capture_output=True, text=True, timeout=30, check=True).stdout
-
-
-def answer_lines(out: str) -> list[str]:
-    section, found = False, []
-    for line in out.splitlines():
-        if line.startswith(";; ANSWER SECTION"):
-            section = True
-        elif section and not line.strip():
-            break
-        elif section:
-            found.append(" ".join(line.split()))
-    return found
 
 
 def set_corefile(world: World, context: str, text: str) -> None:
@@ -353,10 +318,10 @@ def mirror_ip(world: World) -> str:
     """A mirror as semaphore-service-mirror writes it (labels, selector-less) in west."""
     world.kubectl("west", "create", "namespace", "sys-semaphore")
     world.apply("west", {"apiVersion": "v1", "kind": "Service",
-                         "metadata": {"name": MIRROR, "namespace": "sys-semaphore",
+                         "metadata": {"name": SEMAPHORE_MIRROR, "namespace": "sys-semaphore",
                                       "labels": {"mirrored-svc": "true", "mirror-svc-prefix-sync": "aws"}},
                          "spec": {"ports": [{"name": "forward", "port": 8888}, {"name": "http", "port": 8889}]}})
-    return str(world.get("west", "service", MIRROR, "-n", "sys-semaphore")["spec"]["clusterIP"])
+    return str(world.get("west", "service", SEMAPHORE_MIRROR, "-n", "sys-semaphore")["spec"]["clusterIP"])
 
 
 def test_local_clusters_have_kube_dns_and_the_coredns_configmap(world: World) -> None:
@@ -369,7 +334,7 @@ def test_local_clusters_have_kube_dns_and_the_coredns_configmap(world: World) ->
         corefile = world.get(context, "configmap", "coredns", "-n", "kube-system")["data"]["Corefile"]
         assert "kubernetes cluster.local in-addr.arpa ip6.arpa" in corefile and "forward . /etc/resolv.conf" in corefile
     out = cluster_dig(world, "west", "kube-dns.kube-system.svc.cluster.local")
-    assert answer_lines(out)[0].endswith(f"IN A {service['spec']['clusterIP']}")
+    assert dig_answers(out)[0].endswith(f"IN A {service['spec']['clusterIP']}")
 
 
 def test_tether_dns_answers_semaphore_names(world: World, mirror_ip: str) -> None:
@@ -383,12 +348,12 @@ def test_corefile_stanza_forwards_to_tether_dns(world: World, mirror_ip: str) ->
               f"clusterset.local {{\n    forward . {host}:{port}\n    cache 5\n}}\n")
     set_corefile(world, "west", stanza + world.get("west", "configmap", "coredns", "-n",
                                                    "kube-system")["data"]["Corefile"])
-    got = poll(lambda: answer_lines(cluster_dig(world, "west", "fluentd.sys-log.svc.cluster.aws")), timeout=30,
+    got = poll(lambda: dig_answers(cluster_dig(world, "west", "fluentd.sys-log.svc.cluster.aws")), timeout=30,
                what="the cluster DNS forwarding cluster.aws to tether dns")
     assert got == [f"fluentd.sys-log.svc.cluster.aws. 5 IN A {mirror_ip}"]
     out = cluster_dig(world, "west", "dns-version.clusterset.local", "TXT")
-    assert answer_lines(out) == ['dns-version.clusterset.local. 28800 IN TXT "1.0.0"']
-    web = answer_lines(cluster_dig(world, "west", "web.default.svc.cluster.local"))
+    assert dig_answers(out) == ['dns-version.clusterset.local. 28800 IN TXT "1.0.0"']
+    web = dig_answers(cluster_dig(world, "west", "web.default.svc.cluster.local"))
     assert web == []  # cluster.local is still answered by the cluster itself (no such Service: NXDOMAIN)
 
 
@@ -397,7 +362,7 @@ def test_semaphore_rewrite_stanza_works_unchanged(world: World, mirror_ip: str) 
         "tether.local.services.corefile", fromlist=["default_corefile"]).default_corefile())
 
     def asked() -> list[str]:
-        return answer_lines(cluster_dig(world, "west", "fluentd.sys-log.svc.cluster.aws"))
+        return dig_answers(cluster_dig(world, "west", "fluentd.sys-log.svc.cluster.aws"))
 
     got = poll(lambda: (lambda lines: lines if lines and "cluster.aws" in lines[0] else None)(asked()), timeout=30,
                what="the rewrite stanza answering")
@@ -419,7 +384,7 @@ def test_unsupported_plugin_gives_an_event(world: World) -> None:
     poll(lambda: [e for e in (world.get("west", "events", "-n", "kube-system") or {}).get("items") or []
                   if e.get("reason") == "InvalidCorefile"], timeout=30, what="an InvalidCorefile Event")
     # the previous configuration stays
-    assert answer_lines(cluster_dig(world, "west", "kube-dns.kube-system.svc.cluster.local"))
+    assert dig_answers(cluster_dig(world, "west", "kube-dns.kube-system.svc.cluster.local"))
 
 
 def test_clusterset_ip_reaches_pods_of_the_other_cluster(world: World) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -29,12 +28,7 @@ from typing import Any
 import e2e_util
 import pytest
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                       reason="netns mode creates network namespaces: needs root (CI runs as root)"),
-    pytest.mark.skipif(shutil.which("ip") is None, reason="netns mode needs `ip` (install iproute2)"),
-]
+pytestmark = e2e_util.needs_netns()
 
 NAMES = ("a", "b")
 COMMAND_TIMEOUT_S = 60.0
@@ -57,11 +51,7 @@ def tether(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
-def namespaces() -> set[str]:
-    try:
-        return {p.name for p in Path("/run/netns").iterdir()}
-    except OSError:
-        return set()
+namespaces = e2e_util.netns_names
 
 
 @dataclass

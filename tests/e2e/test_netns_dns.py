@@ -11,49 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import e2e_util
 import pytest
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                       reason="netns mode creates network namespaces: needs root (CI runs as root)"),
-    pytest.mark.skipif(shutil.which("ip") is None or shutil.which("dig") is None,
-                       reason="needs `ip` (iproute2) and `dig` (dnsutils)"),
-]
+pytestmark = [*e2e_util.needs_netns("dig")]
 
-MIRROR = "aws-sys-log-73736d-fluentd"
-STANZA = r"""cluster.aws {
-    errors
-    health
-    rewrite continue {
-      name regex ([a-zA-Z0-9-_]*\.)?([a-zA-Z0-9-_]*)\.([a-zv0-9-_]*)\.svc\.cluster\.aws {1}aws-{3}-73736d-{2}.sys-semaphore.svc.cluster.local
-      answer name ([a-zA-Z0-9-_]*\.)?aws-([a-zA-Z0-9-_]*)-73736d-([a-zA-Z0-9-_]*)\.sys-semaphore\.svc\.cluster\.local {1}{3}.{2}.svc.cluster.aws
-    }
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-      pods insecure
-      endpoint_pod_names
-      upstream
-      fallthrough in-addr.arpa ip6.arpa
-    }
-    forward . /etc/resolv.conf
-    cache 30
-    loop
-    reload
-    loadbalance
-}
-"""
-
-
-def tether(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tether", "local", *args], capture_output=True, text=True,
-                          timeout=120)
+MIRROR = e2e_util.SEMAPHORE_MIRROR
 
 
 class Cluster:
@@ -80,24 +47,8 @@ class Cluster:
 @pytest.fixture(scope="module")
 def gcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     data_dir = tmp_path_factory.mktemp("netns-dns")
-    up = tether("up", "--netns", "--data-dir", str(data_dir), "--name", "gcp", "--nodes", "1")
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
+    with e2e_util.netns_clusters(data_dir, ("gcp",)):
         yield Cluster(data_dir, tmp_path_factory.mktemp("kubecache-netns-dns"))
-    finally:
-        tether("down", "--data-dir", str(data_dir))
-
-
-def answers(out: str) -> list[str]:
-    section, found = False, []
-    for line in out.splitlines():
-        if line.startswith(";; ANSWER SECTION"):
-            section = True
-        elif section and not line.strip():
-            break
-        elif section:
-            found.append(" ".join(line.split()))
-    return found
 
 
 def test_a_node_resolves_semaphore_names_through_its_cluster_dns(gcp: Cluster) -> None:
@@ -112,17 +63,17 @@ def test_a_node_resolves_semaphore_names_through_its_cluster_dns(gcp: Cluster) -
         "spec": {"ports": [{"name": "forward", "port": 8888}, {"name": "http", "port": 8889}]}}))
     mirror_ip = json.loads(gcp.kubectl("get", "service", MIRROR, "-n", "sys-semaphore", "-o", "json"))["spec"]["clusterIP"]
     configmap = json.loads(gcp.kubectl("get", "configmap", "coredns", "-n", "kube-system", "-o", "json"))
-    configmap["data"]["Corefile"] = STANZA + configmap["data"]["Corefile"]
+    configmap["data"]["Corefile"] = e2e_util.SEMAPHORE_STANZA + configmap["data"]["Corefile"]
     configmap["metadata"].pop("resourceVersion", None)
     gcp.kubectl("replace", "-f", "-", input=json.dumps(configmap))
 
     def resolved() -> list[str] | None:
-        got = answers(gcp.dig_in_node("fluentd.sys-log.svc.cluster.aws"))
+        got = e2e_util.dig_answers(gcp.dig_in_node("fluentd.sys-log.svc.cluster.aws"))
         return got or None
 
     got = e2e_util.poll(resolved, timeout=60, interval=0.5, what="the Semaphore name through the cluster DNS")
     assert got == [f"fluentd.sys-log.svc.cluster.aws. 5 IN A {mirror_ip}"]
     # the cluster's own names still answer from the default block
     kubernetes = json.loads(gcp.kubectl("get", "service", "kubernetes", "-o", "json"))["spec"]["clusterIP"]
-    assert answers(gcp.dig_in_node("kubernetes.default.svc.cluster.local")) == [
+    assert e2e_util.dig_answers(gcp.dig_in_node("kubernetes.default.svc.cluster.local")) == [
         f"kubernetes.default.svc.cluster.local. 30 IN A {kubernetes}"]  # kubeadm's Corefile says ttl 30

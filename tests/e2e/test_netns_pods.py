@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -28,14 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_util import kubectl_binary, poll
+from e2e_util import kubectl_binary, needs_netns, netns_names, poll
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                       reason="netns mode creates network namespaces: needs root (CI runs as root)"),
-    pytest.mark.skipif(shutil.which("ip") is None, reason="netns mode needs `ip` (install iproute2)"),
-]
+pytestmark = needs_netns()
 
 NAME = "np"
 TIMEOUT_S = 60.0
@@ -58,11 +52,7 @@ def tether(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
-def namespaces() -> set[str]:
-    try:
-        return {p.name for p in Path("/run/netns").iterdir()}
-    except OSError:
-        return set()
+namespaces = netns_names
 
 
 @dataclass

@@ -46,12 +46,7 @@ from tether.local import underlay
 from tether.local.netns import owner_tag
 from tether.local.network import UNDERLAY_HOST_IP, ClusterNetwork
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                       reason="netns mode creates network namespaces: needs root (CI runs as root)"),
-    pytest.mark.skipif(shutil.which("ip") is None, reason="netns mode needs `ip` (install iproute2)"),
-]
+pytestmark = e2e_util.needs_netns()
 
 WAIT_S = 60.0
 CONNECT = """
@@ -97,11 +92,7 @@ def tagged_routes() -> str:
     return run("ip", "route", "show", "proto", "116").stdout
 
 
-def namespaces() -> set[str]:
-    try:
-        return {p.name for p in Path("/run/netns").iterdir()}
-    except OSError:
-        return set()
+namespaces = e2e_util.netns_names
 
 
 @dataclass

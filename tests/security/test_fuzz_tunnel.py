@@ -45,9 +45,11 @@ from tether.tunnel.server import TunnelServer
 from tether.tunnel.state import AgentState, ServerState
 
 T = TypeVar("T")
-FAST = settings(max_examples=2000, database=None, derandomize=True, deadline=None,
+# Derandomized: every run tries the same cases, so a larger count buys no new coverage over time,
+# only CI minutes (2,000 cost most of a minute of every run).
+FAST = settings(max_examples=600, database=None, derandomize=True, deadline=None,
                 suppress_health_check=list(HealthCheck))
-IO = settings(max_examples=500, database=None, derandomize=True, deadline=None,
+IO = settings(max_examples=200, database=None, derandomize=True, deadline=None,
               suppress_health_check=list(HealthCheck))
 
 

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import shutil
 import socket
 import struct
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,12 +38,12 @@ from dataclasses import dataclass
 from tether.bridge.channel import BridgeError, ClusterChannel, splice, stream_from_asyncio
 from tether.bridge.forward import Counters, CountingStream
 from tether.kube import KubeClient, KubeError
+from tether.net.nft import NftError, NftMissing, nft_succeeds_sync, run_nft
 from tether.objects import Obj
 
 log = logging.getLogger(__name__)
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h
-NFT_TIMEOUT_S = 10.0
 
 
 class RoutesError(BridgeError):
@@ -125,54 +124,31 @@ def render_table(name: str, ranges: Sequence[str], tcp_port: int, udp: Sequence[
     return "\n".join(lines) + "\n"
 
 
-def _nft() -> str:
-    found = shutil.which("nft") or shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin:/bin")
-    if found is None:
-        raise RoutesError("--routes needs the `nft` command: install nftables")
-    return found
-
-
-async def nft(args: list[str], script: str = "") -> None:
-    process = await asyncio.create_subprocess_exec(
-        _nft(), *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE)
+async def _nft(args: list[str], script: str = "") -> None:
     try:
-        async with asyncio.timeout(NFT_TIMEOUT_S):
-            _, err = await process.communicate(script.encode())
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
-        raise RoutesError(f"nft did not finish within {NFT_TIMEOUT_S:.0f}s") from None
-    if process.returncode != 0:
-        raise RoutesError(f"nft {' '.join(args)}: {err.decode(errors='replace').strip()[:2000]}")
+        await run_nft(args, script)
+    except NftMissing:
+        raise RoutesError("--routes needs the `nft` command: install nftables") from None
+    except NftError as exc:
+        raise RoutesError(str(exc)) from None
 
 
 async def load(script: str) -> None:
-    await nft(["-f", "-"], script)
+    await _nft(["-f", "-"], script)
 
 
 async def delete_table(name: str) -> None:
     with contextlib.suppress(RoutesError):
-        await nft(["delete", "table", "ip", name])
+        await _nft(["delete", "table", "ip", name])
 
 
 def delete_table_sync(name: str) -> None:
     """For `tether quit` and cleanup outside an event loop."""
-    import subprocess
-
-    with contextlib.suppress(OSError, subprocess.SubprocessError, RoutesError):
-        subprocess.run([_nft(), "delete", "table", "ip", name], capture_output=True, timeout=NFT_TIMEOUT_S)
+    nft_succeeds_sync(["delete", "table", "ip", name])
 
 
 def table_exists_sync(name: str) -> bool:
-    import subprocess
-
-    try:
-        done = subprocess.run([_nft(), "list", "table", "ip", name], capture_output=True, timeout=NFT_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError, RoutesError):
-        return False
-    return done.returncode == 0
+    return nft_succeeds_sync(["list", "table", "ip", name])
 
 
 # the transparent proxy -----------------------------------------------------------------------------

@@ -44,7 +44,8 @@ CHANNEL_PROTOCOLS = (ws.CHANNEL_V5, ws.CHANNEL_V4, spdy.PORTFORWARD_PROTOCOL, ""
 DIAL_TIMEOUT_S = 5.0
 PAIR_TIMEOUT_S = 30.0  # the kubelet's stream-creation timeout for the second stream of a pair
 PAIR_SWEEP_S = 5.0
-LINGER_S = 30.0  # after one direction ended, how long the other may still carry data
+LINGER_S = 30.0  # after the client's EOF, how long the pod may still answer
+POD_EOF_LINGER_S = 1.0  # after the pod's EOF, how long the client may still send (containerd's 1 s)
 WS_PING_INTERVAL_S = 20.0  # keeps idle tunnels from being dropped by proxies along the way
 INBOX_SIZE = 64
 READ_CHUNK = 64 * 1024
@@ -105,9 +106,13 @@ async def relay(end: ClientEnd, pod: Obj, host: str, port: int, dial_timeout_s: 
                 down = group.create_task(_pod_to_client(reader, end))
                 await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
                 if end.half_close or not down.done():
-                    # Half-close: the other direction may still be answering (an HTTP server
-                    # reading until EOF, then replying); give it a bounded time.
-                    await asyncio.wait({up, down}, timeout=linger_s)
+                    # Half-close: after the client's EOF the pod may still be answering (an HTTP
+                    # server reading until EOF, then replying): it gets `linger_s`. After the
+                    # pod's EOF the client gets a second, as containerd gives it: kubectl waits
+                    # for the error stream's end before it lets go of the connection.
+                    pod_ended = down.done() and not up.done()
+                    await asyncio.wait({up, down}, timeout=min(linger_s, POD_EOF_LINGER_S) if pod_ended
+                                       else linger_s)
                 up.cancel()
                 down.cancel()
         finally:
