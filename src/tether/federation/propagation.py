@@ -424,7 +424,11 @@ class _Base(Generic[K]):
             current = self.shared.works.get(work.namespace, work.name)
             if W.work_up_to_date(current, work):
                 continue
-            body = thaw(work.body)
+            # `work.body` is this call's own (fresh from desired_works): copy only the levels
+            # written below, not the manifests
+            meta = dict(work.body["metadata"])
+            meta["annotations"] = dict(meta["annotations"])
+            body = {**work.body, "metadata": meta}
             changed_at = nested(current, "metadata", "annotations", W.CHANGED_AT_ANNOTATION)
             if current is None or current.get("spec") != work.body["spec"] or not changed_at:
                 changed_at = f"{time.time():.3f}"
