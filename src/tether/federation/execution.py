@@ -595,7 +595,8 @@ class WorkExecutor:
             entries = [thaw(e) for e in items(nested(work, "status", "manifestStatuses"))]
         status = {"conditions": [cond], "manifestStatuses": entries}
         current = mapping(work.get("status"))
-        if W.strip_volatile(dict(current)) == W.strip_volatile(status):
+        # (a first report differs from the empty status without comparing copies of both)
+        if current and W.strip_volatile(dict(current)) == W.strip_volatile(status):
             return
         meta = mapping(work.get("metadata"))
         key = ObjectKey(str(meta.get("namespace")), str(meta.get("name")))
