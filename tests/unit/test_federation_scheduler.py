@@ -256,3 +256,30 @@ def test_group_search_prefers_a_smaller_set_the_winner_starts_with() -> None:
     assert [g.name for g in select_groups([small, big], 2, 2, 2)] == ["big", "small"]
     # nothing holds enough clusters
     assert select_groups([small], 1, 1, 2) == []
+
+
+@pytest.mark.parametrize(("placement", "replicas", "estimated"), [
+    ({"replicaScheduling": {"replicaSchedulingType": "Duplicated"}}, 3, False),
+    ({}, None, False),  # no replicas to divide (a ConfigMap)
+    ({"replicaScheduling": {"replicaSchedulingType": "Divided",
+                            "replicaDivisionPreference": "Aggregated"}}, 3, True),
+    ({"replicaScheduling": {"replicaSchedulingType": "Duplicated"},
+      "spreadConstraints": [{"spreadByField": "cluster", "maxGroups": 1}]}, 3, True),
+])
+def test_capacity_is_estimated_only_when_something_reads_it(
+        monkeypatch: pytest.MonkeyPatch, placement: dict[str, Any], replicas: int | None,
+        estimated: bool) -> None:
+    import tether.federation.scheduler as scheduler
+
+    calls: list[str] = []
+    real = scheduler.estimate
+
+    def counting(cluster: ClusterInfo, request: Any) -> int:
+        calls.append(cluster.name)
+        return real(cluster, request)
+
+    monkeypatch.setattr(scheduler, "estimate", counting)
+    clusters = [ClusterInfo("a", available_replicas=5), ClusterInfo("b", available_replicas=5)]
+    result = schedule(placement, clusters, replicas=replicas)
+    assert result.ok, result.message
+    assert bool(calls) == estimated

@@ -201,8 +201,8 @@ class WorkExecutor:
         self.shared.cluster_handlers.append(self._on_cluster)
 
     def _on_work(self, event: WatchEvent) -> None:
-        if not self.echoes.echo(event.key, event):  # not just this executor's own status write
-            self.engine.enqueue(event.key)
+        if not self.echoes.echo(event.key, event, lambda: self._on_work(event)):
+            self.engine.enqueue(event.key)  # not just this executor's own status write
 
     def _on_cluster(self, event: WatchEvent) -> None:
         """A Cluster event: the cluster's Works get another pass only when what this executor
@@ -346,7 +346,7 @@ class WorkExecutor:
 
     def _on_member(self, cluster: str, api_version: str, kind: str, event: WatchEvent) -> None:
         if self.echoes.echo((cluster, api_version, kind, event.key.namespace, event.key.name),
-                            event):
+                            event, lambda: self._on_member(cluster, api_version, kind, event)):
             return  # the object as this executor's apply just left it
         ref = str(nested(event.object, "metadata", "annotations", W.WORK_NAME_ANNOTATION) or "")
         namespace, _, name = ref.partition("/")
@@ -532,8 +532,14 @@ class WorkExecutor:
                 return _Outcome(entry, "Conflict", message)
             fresh = not (caught_up and current is not None and W.is_subset(manifest, current))
             if fresh:
-                current = await client.apply(manifest, field_manager=FIELD_MANAGER, force=True)
-                self.echoes.wrote((cluster, api_version, kind, namespace or "", name), current)
+                echo_key = (cluster, api_version, kind, namespace or "", name)
+                written = None
+                self.echoes.begin(echo_key)
+                try:
+                    written = await client.apply(manifest, field_manager=FIELD_MANAGER, force=True)
+                finally:
+                    self.echoes.end(echo_key, written)
+                current = written
         except KubeError as exc:
             reason, message = _error_outcome(manifest, exc)
             entry.update(reason=reason, message=message)
@@ -579,16 +585,21 @@ class WorkExecutor:
         if not entries:  # nothing reached the member: keep what we knew
             entries = [thaw(e) for e in items(work.status.get("manifestStatuses"))]
         status = {"conditions": [cond], "manifestStatuses": entries}
-        if W.strip_volatile(dict(work.status)) == W.strip_volatile(status):
+        current = work.status
+        # (a first report differs from the empty status without comparing copies of both)
+        if current and W.strip_volatile(dict(current)) == W.strip_volatile(status):
             return
+        key = ObjectKey(work.namespace, work.name)
+        written = None
+        self.echoes.begin(key)
         try:
-            written = await self.host.patch(WORK_API_VERSION, "Work", work.name,
-                                            {"status": status},
-                                            namespace=work.namespace,
+            written = await self.host.patch(WORK_API_VERSION, "Work", key.name,
+                                            {"status": status}, namespace=key.namespace,
                                             subresource="status", field_manager=STATUS_MANAGER)
-            self.echoes.wrote(object_key(written), written)
         except NotFound:
             pass
+        finally:
+            self.echoes.end(key, written)
         if not errors and any(o.entry.get("identifier", {}).get("kind") in (
                 "Namespace", "CustomResourceDefinition") for o in outcomes):
             # what lives in it may have been waiting: give the cluster's other Works a pass

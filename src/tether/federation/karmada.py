@@ -263,7 +263,8 @@ def compile_template(
         if share is not None and field:
             obj.setdefault("spec", {})[field] = share
         try:
-            obj = apply_override_policies(obj, policies, cluster)
+            if policies:  # (it copies the object: a second copy per cluster when none apply)
+                obj = apply_override_policies(obj, policies, cluster)
         except OverrideError as err:
             failures.append(ClusterFailure(cluster.name, "ApplyOverridesFailed", str(err)))
             continue

@@ -60,7 +60,6 @@ from tether.kube import (
     NotFound,
     ObjectKey,
     WatchEvent,
-    object_key,
     strip_managed_fields,
 )
 from tether.objects import Obj
@@ -315,22 +314,51 @@ def unjoining(cluster: Obj | None) -> bool:
 @dataclass
 class Echoes:
     """The resourceVersions of a controller's own writes, by object: the watch event that only
-    echoes such a write needs no reconcile (the writer already knew its result)."""
+    echoes such a write needs no reconcile (the writer already knew its result).
+
+    The echo can arrive before the write's answer (the watch and the request are two
+    connections): a write bracketed by `begin`/`end` holds back the events of its object that
+    come with a `replay` meanwhile, and `end` replays them once the written version is known, so
+    the echo is recognised whichever arrives first and any other change is handled as usual."""
 
     _versions: dict[Any, str] = field(default_factory=dict)
+    _writing: dict[Any, int] = field(default_factory=dict)  # writes in flight, by object
+    _held: dict[Any, list[Callable[[], None]]] = field(default_factory=dict)
 
     def wrote(self, key: Any, obj: Any) -> None:
         version = nested(obj, "metadata", "resourceVersion")
         if version:
             self._versions[key] = str(version)
 
-    def echo(self, key: Any, event: WatchEvent) -> bool:
-        """Whether `event` is the echo of the last write noted for `key` (forgotten then)."""
+    def begin(self, key: Any) -> None:
+        """A write of `key` is about to be sent."""
+        self._writing[key] = self._writing.get(key, 0) + 1
+
+    def end(self, key: Any, written: Any) -> None:
+        """The write of `key` ended: `written` is what it answered (None when it failed). The
+        events held back meanwhile are replayed, each now compared with what was written."""
+        if written is not None:
+            self.wrote(key, written)
+        left = self._writing.get(key, 0) - 1
+        if left > 0:
+            self._writing[key] = left
+            return
+        self._writing.pop(key, None)
+        for replay in self._held.pop(key, ()):
+            replay()
+
+    def echo(self, key: Any, event: WatchEvent, replay: Callable[[], None] | None = None) -> bool:
+        """Whether `event` is the echo of the last write noted for `key` (forgotten then). With
+        `replay`, an event arriving while a write of `key` is in flight counts as handled now
+        and `replay` is called when the write ends (and should ask again)."""
         if event.type == "DELETED":
             self._versions.pop(key, None)
             return False
         if self._versions.get(key) == event.resource_version:
             del self._versions[key]
+            return True
+        if replay is not None and key in self._writing:
+            self._held.setdefault(key, []).append(replay)
             return True
         return False
 
@@ -404,7 +432,8 @@ class _Base(Generic[K]):
                 self._unreported_of[ref] = count
             else:
                 self._unreported_of.pop(ref, None)
-        if self.echoes.echo(event.key, event):
+        if self.echoes.echo(event.key, event,
+                            lambda: self.work_event(event, dialect, key)):
             return  # the Work as this controller just wrote it
         progress = (reported and info.applied_ok
                     and self._unreported_of.get(ref, 0) > 0)
@@ -451,7 +480,11 @@ class _Base(Generic[K]):
             current = self.shared.work_info(ObjectKey(work.namespace, work.name))
             if work_up_to_date(current, work):
                 continue
-            body = thaw(work.body)
+            # `work.body` is this call's own (fresh from desired_works): copy only the levels
+            # written below, not the manifests
+            meta = dict(work.body["metadata"])
+            meta["annotations"] = dict(meta["annotations"])
+            body = {**work.body, "metadata": meta}
             changed_at = current.annotations.get(W.CHANGED_AT_ANNOTATION) if current else None
             if current is None or current.spec != work.body["spec"] or not changed_at:
                 changed_at = f"{time.time():.3f}"
@@ -469,8 +502,13 @@ class _Base(Generic[K]):
         await _bounded(writes)
 
     async def _apply_work(self, body: Obj) -> None:
-        written = await self.host.apply(body, field_manager=FIELD_MANAGER, force=True)
-        self.echoes.wrote(object_key(written), written)
+        key = ObjectKey(body["metadata"]["namespace"], body["metadata"]["name"])
+        written = None
+        self.echoes.begin(key)
+        try:
+            written = await self.host.apply(body, field_manager=FIELD_MANAGER, force=True)
+        finally:
+            self.echoes.end(key, written)
 
     def _pushed_to(self, cluster: str) -> bool:
         """Whether the hub's executor applies this cluster's Works (a joined push member)."""

@@ -48,7 +48,7 @@ from .replicas import (
     division_preference,
     static_weights,
 )
-from .spread import Candidate, SpreadError, lacks_property, select
+from .spread import Candidate, SpreadError, ignores_spread, lacks_property, select
 from .taints import READINESS_TAINTS, taint_string, untolerated
 
 NO_CLUSTER_FIT = "NoClusterFit"
@@ -192,14 +192,19 @@ def _schedule_term(req: _Request, affinity: Mapping[str, Any]) -> Schedule:
         return Schedule(failures=tuple(failures), reason=NO_CLUSTER_FIT,
                         message=_fit_message(len(req.clusters), reasons))
     divided = req.strategy != "Duplicated" and bool(req.replicas)
-    free = {c.name: estimate(c, req.request) for c in fit}
+    spread = [mapping(c) for c in items(req.placement.get("spreadConstraints"))]
+    # what is free only matters to divide replicas or to rank clusters for spread constraints;
+    # a Duplicated template (or one without replicas) and no constraints goes to every fit
+    # cluster, and estimating each cluster's capacity was most of scheduling such a template
+    needs_free = divided or (bool(spread) and not ignores_spread(
+        req.placement.get("replicaScheduling")))
+    free = {c.name: estimate(c, req.request) if needs_free else 0 for c in fit}
     used = req.previous.clusters
     candidates = [
         Candidate(c, LOCALITY_SCORE if c.name in used else 0,
                   free[c.name] + (used.get(c.name, 0) if divided else 0))
         for c in fit
     ]
-    spread = [mapping(c) for c in items(req.placement.get("spreadConstraints"))]
     try:
         selected = select(candidates, spread, replica_scheduling=req.placement.get(
             "replicaScheduling"), replicas=req.replicas)

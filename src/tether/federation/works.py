@@ -16,6 +16,7 @@ parsed once, as a `workinfo.WorkInfo`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,6 +60,12 @@ KUBEFED_REASONS: Mapping[str, str] = {
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
+# Pure string functions called for every Work event by several controllers (the same few
+# thousand sources over and over): each answer is kept rather than computed again.
+_MEMO = 16384
+
+
+@functools.lru_cache(maxsize=_MEMO)
 def short_hash(text: str, length: int = 10) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
@@ -83,6 +90,7 @@ def source_key(ref: ResourceRef) -> str:
     return f"{ref.api_version}/{ref.kind}/{ref.namespace}/{ref.name}"
 
 
+@functools.lru_cache(maxsize=_MEMO)
 def label_value(text: str) -> str:
     """`text` if it is a valid label value, else a hash-shortened one."""
     if len(text) <= 63 and _LABEL_VALUE.match(text):
@@ -101,6 +109,7 @@ def source_labels(dialect: Dialect, ref: ResourceRef) -> dict[str, str]:
     }
 
 
+@functools.lru_cache(maxsize=_MEMO)
 def parse_source(value: str) -> ResourceRef | None:
     """The inverse of `source_key` (apiVersion may contain one '/')."""
     parts = value.split("/")

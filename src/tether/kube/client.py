@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
+from tether.kube import jsoncodec
 from tether.kube.config import ClusterCredentials, load_kubeconfig
 from tether.kube.errors import (
     KubeError,
@@ -310,7 +311,7 @@ class KubeClient:
 
     def _error(self, answer: Answer) -> KubeError:
         try:
-            payload = json.loads(answer.body)
+            payload = jsoncodec.decode(answer.body)
         except ValueError:
             payload = None
         if not isinstance(payload, dict) or payload.get("kind") != "Status":
@@ -346,7 +347,7 @@ class KubeClient:
         budget_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget_s
         repeatable = idempotent if idempotent is not None else method in ("GET", "HEAD")
-        content = None if body is None else json.dumps(body).encode()
+        content = None if body is None else jsoncodec.encode(body)
         headers = {"Content-Type": content_type} if content is not None else {}
         attempt = 0
         while True:
@@ -362,7 +363,7 @@ class KubeClient:
                 if not answer.body:
                     return {}
                 try:
-                    payload = json.loads(answer.body)
+                    payload = jsoncodec.decode(answer.body)
                 except ValueError:
                     raise ServerError(answer.status, "InvalidResponse",
                                       f"{self.server}{path}: the answer is not JSON") from None
@@ -397,7 +398,7 @@ class KubeClient:
         and raised as a `KubeError`.
         """
         budget_s = self.timeout_s if timeout_s is None else timeout_s
-        content = None if body is None else json.dumps(body).encode()
+        content = None if body is None else jsoncodec.encode(body)
         headers = {"Accept": accept}
         if content is not None:
             headers["Content-Type"] = content_type

@@ -36,7 +36,11 @@ class ConnectOptions:
     dialer: Dialer | None = None
     connect_timeout_s: float = 10.0
     max_connections: int = 256  # every open watch holds one
-    max_keepalive_connections: int = 32
+    # idle connections kept for reuse: above the writes a busy controller keeps in flight (the
+    # hub's propagation alone has ~32 at once in a burst), else each burst closes the surplus and
+    # the next opens it again, a TLS handshake on both sides per connection; idle ones still
+    # expire after keepalive_expiry_s
+    max_keepalive_connections: int = 128
     keepalive_expiry_s: float = 30.0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import json
 import logging
 import random
 import time
@@ -30,6 +29,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Literal, Protocol, cast
 
+from tether.kube import jsoncodec
 from tether.kube.errors import Gone, KubeError, ServerError, error_from_status
 from tether.objects import Obj
 
@@ -152,7 +152,7 @@ async def watch(
             if not line.strip():
                 continue
             try:
-                frame = json.loads(line)
+                frame = jsoncodec.decode(line)
                 event_type = str(frame["type"])
                 obj = frame["object"]
             except (ValueError, KeyError, TypeError):
