@@ -3,6 +3,7 @@
     python bench/bridge.py               # run, print, rewrite the "Bridge" section of docs/benchmarks.md
     python bench/bridge.py --no-write    # run and print only
     python bench/bridge.py --requests 600 --bulk-mib 64
+    python bench/bridge.py --intercept [--netns] # the intercept routing proxy (bridge_intercept.py)
 
 One local cluster (`tether local up`, rootless: pod IPs are on loopback) runs a small asyncio HTTP
 server in a pod (`python` image: `GET /` answers 64 bytes, `GET /bulk?n=N` streams N bytes) and
@@ -438,6 +439,13 @@ going through the API server's port-forward (WebSocket-tunnelled SPDY) to the br
 
 
 def main() -> None:
+    if "--intercept" in sys.argv[1:]:
+        # part 2 of the bridge: the routing proxy with and without a matching header vs direct,
+        # in one run; its own script, so each half keeps its own options and doc section
+        sys.argv.remove("--intercept")
+        import bridge_intercept
+        bridge_intercept.main()
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--requests", type=int, default=500, help="requests per keep-alive connection")
