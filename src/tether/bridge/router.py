@@ -44,6 +44,8 @@ SNIFF_TIMEOUT_S = 1.0  # a client that says nothing first is a server-speaks-fir
 PARK_WAIT_S = 10.0
 MAX_PARKED = 64
 READ = 64 * 1024
+LINGER_S = 2.0  # how long a refused client may still send before the close
+LINGER_BYTES = 1 << 20
 DIAL_TIMEOUT_S = 10.0
 LEAVE_HOLD_S = 15.0  # after a leave, parks for the route are refused this long
 PRESENCE_CHECK_S = 0.1  # while waiting for a busy developer's next park
@@ -373,6 +375,7 @@ class Router:
                 while (end := buffer.find(b"\r\n\r\n")) < 0:
                     if len(buffer) > http1.MAX_HEAD_BYTES:
                         await _answer(writer, 431, "request head too large")
+                        await _linger(reader, writer)
                         return
                     data = await reader.read(READ)
                     if not data:
@@ -501,6 +504,19 @@ class Router:
 
 def _text(value: bytes | str) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Read (and drop) what the client is still sending before closing, as nginx's lingering
+    close does: closing a socket with unread input sends a reset, which can destroy the answer
+    before the client has read it. Bounded in time and bytes."""
+    with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(LINGER_S):
+            left = LINGER_BYTES
+            while left > 0 and (data := await reader.read(READ)):
+                left -= len(data)
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> None:
