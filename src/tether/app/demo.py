@@ -48,6 +48,7 @@ from tether.federation import bootstrap, install, registry
 from tether.federation.health import HealthTimers
 from tether.kube import KubeClient, KubeError, NotFound
 from tether.local import roles, supervisor
+from tether.net.tasks import cancel_and_wait
 from tether.objects import Obj
 
 HOST = "hub"
@@ -177,9 +178,7 @@ async def running_hub(kubeconfig: Path, data_dir: Path) -> AsyncIterator[None]:
                 task.result()  # raise what stopped it right away
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
             await proxy.aclose()
 
 

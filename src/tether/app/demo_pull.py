@@ -27,6 +27,7 @@ from tether.app.pullagent import AgentSettings, PullAgent
 from tether.federation import bootstrap
 from tether.federation.health import HUB_NAMESPACE
 from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
+from tether.net.tasks import cancel_and_wait
 from tether.objects import Obj
 
 MEMBER = "edge"
@@ -115,9 +116,7 @@ async def running_agent(registered: Registered, tunnel_address: str) -> AsyncIte
                 task.result()
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
 
 async def published_tunnel(host: KubeClient) -> tuple[str, str]:

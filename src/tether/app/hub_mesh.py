@@ -16,7 +16,6 @@ Clusters that are not local `--netns` clusters are not meshed by the hub: real c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from tether.app.mesh import LocalMesh, MeshLocalError, write_mesh_ready
 from tether.connect.fleetwatch import MemberSignal
+from tether.net.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from tether.app.hub import Hub
@@ -117,9 +117,7 @@ class HubMesh:
         mesh, task = self.mesh, self.task
         self.mesh = self.task = None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)
         if mesh is None:
             return
         try:

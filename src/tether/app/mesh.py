@@ -32,6 +32,7 @@ from tether.kube import KubeClient, KubeError
 from tether.local import underlay
 from tether.local.netns import NetnsError, list_namespaces, node_slot
 from tether.local.network import ClusterNetwork
+from tether.net.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
@@ -161,9 +162,7 @@ class LocalMesh:
                 for key in [k for k in self.managers if k not in found]:
                     log.info("mesh: node %s of %s left", key[1], key[0])
                     task = self.tasks.pop(key)
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+                    await cancel_and_wait(task)
                     gone = self.managers.pop(key)
                     for state in gone.states.values():
                         await state.device.delete()  # the Node is gone: nothing to annotate

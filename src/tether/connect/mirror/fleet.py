@@ -15,7 +15,6 @@ lists who mirrors whom.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from tether.kube import (
     WatchEvent,
     strip_managed_fields,
 )
+from tether.net.tasks import cancel_and_wait
 from tether.objects import Obj
 
 log = logging.getLogger(__name__)
@@ -199,9 +199,7 @@ class MirrorFleet:
         running = state.running.pop(local, None)
         if running is None:
             return
-        running.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await running.task
+        await cancel_and_wait(running.task)
 
     async def _stop_all(self, name: str, state: _Policy, *, clean: bool) -> None:
         members = set(state.running)
