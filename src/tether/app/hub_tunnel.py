@@ -166,8 +166,13 @@ def client_credentials(cluster: Obj, credentials: ClusterCredentials, *, fronten
     registered: a dial would find no tunnel)."""
     if not frontend_port or not uses_listener(cluster, frontend_port):
         return credentials
-    conditions = (cluster.get("status") or {}).get("conditions") or []
-    if not any(isinstance(c, Mapping) and c.get("type") == "Ready" for c in conditions):
+    status = cluster.get("status") or {}
+    conditions = status.get("conditions") or []
+    # "has reported" is read from what only the agent's report sets, not from the conditions
+    # alone: another writer's condition can briefly replace the list, and a member that comes
+    # and goes with it would have its mirrors stopped and started again and again
+    if not (status.get("lastHeartbeatTime") or status.get("kubernetesVersion") or any(
+            isinstance(c, Mapping) and c.get("type") == "Ready" for c in conditions)):
         return None
     name = str((cluster.get("metadata") or {}).get("name", ""))
     dest = api_destination(str((cluster.get("spec") or {}).get("apiEndpoint", "")))
