@@ -3,6 +3,7 @@ absent, and the parsed Work readable by every handler of its event (DELETED incl
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, cast
 
 import pytest
@@ -124,4 +125,20 @@ def test_handlers_read_the_parsed_work_even_of_a_deleted_one() -> None:
     shared._on_work(WatchEvent("DELETED", body))
     assert [(t, i.name if i else None) for t, i in seen] == [
         ("ADDED", "deployment-shop-web"), ("DELETED", "deployment-shop-web")]
+    assert shared.work_info(key) is None and shared.works_of(SOURCE) == []
+
+
+def test_a_failing_handler_does_not_leave_a_deleted_work_cached() -> None:
+    shared = HubInformers(cast(KubeClient, object()))
+
+    def fails(event: WatchEvent) -> None:
+        raise RuntimeError("a handler's bug")
+
+    shared.work_handlers.append(fails)
+    body = _work()
+    key = ObjectKey("tether-es-m1", "deployment-shop-web")
+    with contextlib.suppress(RuntimeError):
+        shared._on_work(WatchEvent("ADDED", body))
+    with contextlib.suppress(RuntimeError):  # the informer logs it and goes on
+        shared._on_work(WatchEvent("DELETED", body))
     assert shared.work_info(key) is None and shared.works_of(SOURCE) == []

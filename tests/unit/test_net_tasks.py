@@ -50,3 +50,24 @@ async def test_the_callers_cancellation_while_waiting_is_raised() -> None:
     with pytest.raises(asyncio.CancelledError):
         await outer
     assert went_on == []
+
+
+async def test_a_caller_cleaning_up_after_its_own_cancellation_finishes_its_clean_up() -> None:
+    cleaned: list[str] = []
+    started = asyncio.Event()
+
+    async def owner() -> None:
+        child = asyncio.create_task(asyncio.sleep(60))
+        try:
+            started.set()
+            await asyncio.sleep(60)
+        finally:
+            await cancel_and_wait(child)
+            cleaned.append("after the child")  # e.g. closing clients: must still run
+
+    outer = asyncio.create_task(owner())
+    await started.wait()
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert cleaned == ["after the child"]

@@ -38,3 +38,36 @@ async def test_routes_turns_nft_refusal_into_its_own_error() -> None:
     with pytest.raises(routes.RoutesError, match="failed"):
         await routes.load("this is not nft\n")
     assert routes.table_exists_sync("tether-bridge-no-such-table-0") is False
+
+
+async def test_a_missing_prefix_program_is_an_nft_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.net import nft
+
+    monkeypatch.setattr(nft, "nft_binary", lambda: "nft")
+    with pytest.raises(NftError, match="cannot run /nonexistent/ip for nft in ns1"):
+        await run_nft(["list", "tables"], prefix=["/nonexistent/ip", "netns", "exec", "ns1"], where="ns1")
+
+
+async def test_a_cancelled_caller_leaves_no_process_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from tether.net import nft
+
+    # `sleep` stands in for an nft that hangs: the prefix runs it with nft's path as argument
+    monkeypatch.setattr(nft, "nft_binary", lambda: "nft")
+    marker = f"tether-nft-cancel-{os.getpid()}"
+    task = asyncio.create_task(run_nft([], prefix=["bash", "-c", f"exec -a {marker} sleep 30"]))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).startswith(marker)]
+    assert left == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -180,8 +180,13 @@ class HubInformers:
         return self.clusters.synced and self.works.synced
 
     def _on_cluster(self, event: WatchEvent) -> None:
-        for handler in self.cluster_handlers:
-            handler(event)
+        try:
+            for handler in self.cluster_handlers:
+                handler(event)
+        finally:  # the placement views follow the cluster even if a handler failed
+            self._update_view(event)
+
+    def _update_view(self, event: WatchEvent) -> None:
         name = event.key.name
         before = self._views.pop(name, None)
         after = None if event.type == "DELETED" else placement_view(event.object)
@@ -203,10 +208,12 @@ class HubInformers:
                     self._by_source.pop(source, None)
             else:
                 keys.add(event.key)
-        for handler in self.work_handlers:
-            handler(event)
-        if event.type == "DELETED":
-            self._infos.pop(event.key, None)
+        try:
+            for handler in self.work_handlers:
+                handler(event)
+        finally:  # a handler's error (logged by the informer) must not leave a deleted Work cached
+            if event.type == "DELETED":
+                self._infos.pop(event.key, None)
 
     def work_info(self, key: ObjectKey) -> WorkInfo | None:
         """The Work the informer holds under `key`, parsed (during a DELETED event's handlers:

@@ -37,18 +37,28 @@ async def run_nft(args: Sequence[str], stdin: str = "", *, prefix: Sequence[str]
                   timeout_s: float = NFT_TIMEOUT_S) -> str:
     """`<prefix> nft <args>` fed `stdin`; its stdout. `where` names the place in errors. Raises NftError."""
     argv = [*prefix, nft_binary(), *args]
-    process = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    except OSError as exc:  # the prefix's program (`ip`) missing, or not executable
+        raise NftError(f"cannot run {argv[0]} for nft in {where}: {exc}") from None
     try:
         out, err = await asyncio.wait_for(process.communicate(stdin.encode()), timeout_s)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
+        await _reap(process)
         raise NftError(f"nft in {where} did not finish within {timeout_s:.0f}s") from None
+    except BaseException:
+        await _reap(process)  # cancelled: no nft left running behind its caller
+        raise
     if process.returncode != 0:
         raise NftError(f"nft {' '.join(args)} in {where} failed: {err.decode(errors='replace').strip()[:2000]}")
     return out.decode(errors="replace")
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    await process.wait()
 
 
 def nft_succeeds_sync(args: Sequence[str], *, timeout_s: float = NFT_TIMEOUT_S) -> bool:

@@ -18,12 +18,15 @@ __all__ = ["cancel_and_wait"]
 
 async def cancel_and_wait(task: asyncio.Task[Any] | asyncio.Future[Any]) -> None:
     """Cancel `task` and wait until it has ended. Its result and errors are dropped; a
-    cancellation of the calling task is raised again, never swallowed."""
+    cancellation of the calling task that arrives while it waits is raised again, never
+    swallowed. One that arrived before (the caller is cleaning up in a `finally` of its own
+    cancellation) is left to the caller, so the rest of its clean-up still runs."""
+    current = asyncio.current_task()
+    cancellations_before = current.cancelling() if current is not None else 0
     task.cancel()
     try:
         with contextlib.suppress(Exception):
             await task
     except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
+        if current is not None and current.cancelling() > cancellations_before:
             raise
