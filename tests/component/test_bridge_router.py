@@ -337,3 +337,28 @@ async def test_a_stopped_pool_has_finished_its_connections(setup: Setup) -> None
         await running
     assert all(task.done() for task in served)
     writer.close()
+
+
+async def test_a_dropped_route_is_released_only_after_its_request_in_progress(setup: Setup) -> None:
+    # `tether leave` from elsewhere: the router drops the route at once, but says "released"
+    # (and so lets the session and the developer's agent be deleted) only once nothing is
+    # handed to the developer any more
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: s\r\nkubernetes-route-as: alice\r\nContent-Length: 6\r\n\r\nabc")
+    await writer.drain()
+    await until(lambda: bool(setup.router.routes["alice"].busy), "alice's request in progress")
+    setup.router.set_routes({"bob": (routing.token_digest("tb"), False)})
+    assert "alice" not in setup.router.routes
+    assert not setup.router.released("alice")
+    writer.write(b"def")
+    await writer.drain()
+    parser = http1.ResponseParser()
+    answer = None
+    while answer is None:
+        data = await reader.read(65536)
+        assert data, "connection closed before the answer"
+        answer = parser.feed(data)
+    assert answer.body == b"alice /slow 6"
+    await until(lambda: setup.router.released("alice"), "alice released after her last request")
+    assert setup.router.released("carol")  # never routed: nothing to wait for
+    writer.close()

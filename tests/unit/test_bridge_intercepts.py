@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,17 @@ def test_router_role_cannot_touch_other_objects_in_the_namespace() -> None:
     assert named[("services", "patch")] == {"stats-api"}
     assert named[("services", "delete")] == {routing.cloned_service_name("stats-api")}
     assert named[("deployments", "delete")] == named[("roles", "delete")] == {router}
+
+
+def test_a_token_saved_by_the_older_layout_is_still_found_and_forgotten(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TETHER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    old = tmp_path / "xdg" / "tether" / "intercepts" / "ctx.shop.alice.token"
+    old.parent.mkdir(parents=True)
+    old.write_text("t0ken\n")
+    assert intercepts.local_token("ctx", "shop", "alice") == "t0ken"
+    intercepts.save_token("ctx", "shop", "alice", "newer")
+    assert intercepts.local_token("ctx", "shop", "alice") == "newer"
+    intercepts.forget_token("ctx", "shop", "alice")
+    assert intercepts.local_token("ctx", "shop", "alice") is None and not old.exists()

@@ -300,9 +300,18 @@ def _token_path(context: str, namespace: str, route: str) -> Path:
     return _state_dir() / f"{safe}.{namespace}.{route}.token"
 
 
+def _legacy_token_path(context: str, namespace: str, route: str) -> Path:
+    # where tether kept tokens before they moved under its state root: an intercept begun by
+    # that version can still be resumed or left after an upgrade
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tether" / "intercepts" / _token_path(context, namespace, route).name
+
+
 def local_token(context: str, namespace: str, route: str) -> str | None:
-    with contextlib.suppress(OSError):
-        return _token_path(context, namespace, route).read_text().strip() or None
+    for path in (_token_path(context, namespace, route), _legacy_token_path(context, namespace, route)):
+        with contextlib.suppress(OSError):
+            if token := path.read_text().strip():
+                return token
     return None
 
 
@@ -315,8 +324,9 @@ def save_token(context: str, namespace: str, route: str, token: str) -> None:
 
 
 def forget_token(context: str, namespace: str, route: str) -> None:
-    with contextlib.suppress(OSError):
-        _token_path(context, namespace, route).unlink()
+    for path in (_token_path(context, namespace, route), _legacy_token_path(context, namespace, route)):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 # beginning ---------------------------------------------------------------------------------

@@ -139,6 +139,7 @@ class Router:
         self.ports = dict(ports)
         self.originals = originals
         self.routes: dict[str, Route] = {}
+        self.releasing: dict[str, Route] = {}  # dropped routes with requests still handed there
         self.hosts: dict[str, str] = {}  # `--ingress` subdomain hosts -> route
         self._next = itertools.count()
         self._servers: list[asyncio.AbstractServer] = []
@@ -154,9 +155,23 @@ class Router:
                 gone.leaving = True  # its requests in progress close their connections when done
                 gone.drop_parked()
                 gone.drop_idle()
+                self.releasing[name] = gone
         for name, (digest, take_all) in wanted.items():
             route = self.routes.setdefault(name, Route(digest))
             route.take_all = take_all
+        for name in [n for n, route in self.releasing.items() if n in self.routes or not route.busy]:
+            del self.releasing[name]
+
+    def released(self, name: str) -> bool:
+        """Whether no request is handed to `name`'s developer any more: the route is gone and its
+        last request in progress has finished (its connections are then closed by the router)."""
+        if name in self.routes:
+            return False
+        route = self.releasing.get(name)
+        if route is not None and route.busy:
+            return False
+        self.releasing.pop(name, None)
+        return True
 
     def counts(self) -> dict[str, int]:
         return {name: route.requests for name, route in self.routes.items()}

@@ -25,6 +25,7 @@ from typing import Any
 from tether.bridge import intercepts, routing
 from tether.bridge.router import Router
 from tether.kube import KubeClient, KubeError
+from tether.net.tasks import cancel_and_wait
 from tether.objects.times import now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,7 @@ class RouterLoop:
                     async with asyncio.timeout(self.poll_s):
                         await self._changed.wait()
         finally:
-            watching.cancel()
-            with contextlib.suppress(BaseException):
-                await watching
+            await cancel_and_wait(watching)
 
     async def _watch_sessions(self) -> None:
         """Wake the loop whenever a session of this Service is added, changed or deleted."""
@@ -110,7 +109,8 @@ class RouterLoop:
                                                            s["data"].get("mode") == "all") for s in routed})
         for session in live:  # `end` waits for this before it deletes the session (and its agent)
             notes = _annotations(session)
-            if notes.get(intercepts.LEAVING_ANNOTATION) and not notes.get(intercepts.RELEASED_ANNOTATION):
+            if (notes.get(intercepts.LEAVING_ANNOTATION) and not notes.get(intercepts.RELEASED_ANNOTATION)
+                    and self.router.released(str(session["data"]["route"]))):
                 with contextlib.suppress(KubeError):
                     await self.client.patch("v1", "ConfigMap", session["metadata"]["name"],
                                             {"metadata": {"annotations": {intercepts.RELEASED_ANNOTATION: "true"}}},
