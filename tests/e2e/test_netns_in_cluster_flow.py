@@ -1,5 +1,5 @@
-"""Seeds 000 and 002 with only in-cluster tether components (issue 17): no tether process on the
-host besides `tether local`.
+"""Federation and reach with only in-cluster tether components (issue 17): no tether process on
+the host besides `tether local`.
 
 `tether local up --netns --name hub --name member --isolate-api member`: the member's API only
 its own network reaches, as behind NAT. On the hub cluster, `deploy/hub` as the tree renders it
@@ -10,9 +10,9 @@ hub` routes to the member's pods. The member's admin registers from inside the m
 manifest`: the agent is a pod there, dialling the hub Service until it holds a stream to each
 replica. Then:
 
-- seed 002: a FederatedDeployment with an override reaches the member (the leader's controllers
+- federation: a FederatedDeployment with an override reaches the member (the leader's controllers
   write the Work, the agent applies it);
-- seed 000: from the host, `kubectl logs` and `exec` on member pods through the hub pods'
+- reach: from the host, `kubectl logs` and `exec` on member pods through the hub pods'
   cluster proxy and the agent's tunnel (the member's API stays unreachable from the host);
 - the leader's pod is deleted: another replica takes the Lease (client-go's takeover: released on
   SIGTERM here; generous deadline), the Deployment is back at two Ready pods, and a change
@@ -67,7 +67,7 @@ def hub_objects(advertise: str) -> list[dict[str, Any]]:
 
 
 def federated_deployment(namespace: str, label: str) -> str:
-    """Seed 002's FederatedDeployment (smaller: one replica, two where the override says)."""
+    """The quick-start FederatedDeployment (smaller: one replica, two where the override says)."""
     return json.dumps({
         "apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedDeployment",
         "metadata": {"name": "web", "namespace": namespace},
@@ -84,7 +84,7 @@ def federated_deployment(namespace: str, label: str) -> str:
                 {"path": "/metadata/annotations", "op": "add", "value": {"foo": "bar"}}]}]}})
 
 
-def test_seeds_000_and_002_with_an_in_cluster_hub_and_agent(tmp_path: Path) -> None:
+def test_federation_and_reach_with_an_in_cluster_hub_and_agent(tmp_path: Path) -> None:
     data = tmp_path / "clusters"
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
            "TETHER_HOME": str(tmp_path / "home"), "KUBECONFIG": str(data / "kubeconfig"),
@@ -188,8 +188,8 @@ def test_seeds_000_and_002_with_an_in_cluster_hub_and_agent(tmp_path: Path) -> N
         # no agent process on the host: the one that reports is the pod
         assert "not running" in sh("tether", "agent", "stop", "--cluster-name", "member").stdout
 
-        # seed 002: a federated object and its override, propagated by the leader pod's controllers
-        namespace = unique("seed")
+        # federation: a federated object and its override, propagated by the leader pod's controllers
+        namespace = unique("fed")
         hub("create", "namespace", namespace)
         hub("apply", "-f", "-", input=json.dumps(
             {"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedNamespace",
@@ -209,7 +209,7 @@ def test_seeds_000_and_002_with_an_in_cluster_hub_and_agent(tmp_path: Path) -> N
         assert first["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.14.0-alpine"
         assert first["metadata"]["annotations"]["foo"] == "bar"
 
-        # seed 000: from the host, the member only through a hub pod's cluster proxy and the tunnel
+        # reach: from the host, the member only through a hub pod's cluster proxy and the tunnel
         kubeconfig = sh("tether", "kubeconfig", "member", "--context", "hub", "--server",
                         f"https://{address}:{PROXY_PORT}", "--out",
                         str(tmp_path / "member.yaml")).stdout.strip()
