@@ -27,11 +27,14 @@ from tether.objects import Obj
 DEADLINE_S = 90.0  # generous: the machine is shared
 MIRRORS = "mirrors"
 POLICY: Obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "p"},
-               "spec": {"mirrorNamespace": MIRRORS}}
+               "spec": {"mirrorNamespace": MIRRORS, "clusterSelector": {"matchLabels": {"mirror": "yes"}}}}
 SOURCE: tuple[Obj, ...] = (
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}},
     {"apiVersion": "v1", "kind": "Service",
      "metadata": {"name": "web", "namespace": "shop", "labels": {"mirror.semaphore.uw.io/mirror-service": "true"}},
+     "spec": {"ports": [{"name": "http", "port": 80}]}},
+    {"apiVersion": "v1", "kind": "Service",
+     "metadata": {"name": "api", "namespace": "shop", "labels": {"mirror.semaphore.uw.io/global-service": "true"}},
      "spec": {"ports": [{"name": "http", "port": 80}]}},
 )
 
@@ -61,7 +64,8 @@ async def world(tmp_path: Path) -> AsyncIterator[Fleet]:
         for client in clients.values():
             for obj in SOURCE:
                 await client.apply(obj, field_manager="test")
-        members = {name: Member(name, credentials(c), ready=True) for name, c in clusters.items()}
+        members = {name: Member(name, credentials(c), ready=True, labels={"mirror": "yes"})
+                   for name, c in clusters.items()}
         current = dict(members)
         fleet = MirrorFleet(clients["a"], lambda: list(current.values()))
         fleet_task = asyncio.create_task(fleet.run())
@@ -84,6 +88,11 @@ async def until(check: Callable[[], Any], what: str) -> None:
                 await asyncio.sleep(0.1)
     except TimeoutError:
         pytest.fail(f"not within {DEADLINE_S:.0f}s: {what}")
+
+
+async def globals_of(client: KubeClient) -> list[str]:
+    return [str(s["metadata"]["name"]) for s in await client.list_objects("v1", "Service", MIRRORS,
+                                                                       f"{L.GLOBAL_SVC}={L.TRUE}")]
 
 
 async def mirrored(client: KubeClient, prefix: str) -> list[str]:
@@ -113,6 +122,11 @@ async def both_mirrored(world: Fleet) -> None:
         return (mirror_name("b", "shop", "web") in names[0]) and (mirror_name("a", "shop", "web") in names[1])
 
     await until(both, "a mirrors b's web and b mirrors a's")
+
+    async def global_services() -> bool:
+        return bool(await globals_of(world.clients["a"])) and bool(await globals_of(world.clients["b"]))
+
+    await until(global_services, "the global Service of shop/api in both")
 
 
 async def _applied(host: KubeClient) -> bool:
@@ -154,3 +168,21 @@ async def test_deleting_the_policy_cleans_a_member_whose_mirror_is_not_running(w
 
     await until(cleaned, "every mirror gone from both members")
     assert await mirrored(world.clients["a"], "b") == [] and await mirrored(world.clients["b"], "a") == []
+
+    async def no_globals() -> bool:
+        return not await globals_of(world.clients["a"]) and not await globals_of(world.clients["b"])
+
+    await until(no_globals, "the global Services gone from both members")
+    assert await globals_of(world.clients["a"]) == [] and await globals_of(world.clients["b"]) == []
+
+
+async def test_a_member_no_longer_selected_keeps_nothing_mirrored(world: Fleet) -> None:
+    await start_mirroring(world)
+    b = world.members["b"]
+    world.members["b"] = Member(b.name, b.credentials, b.ready, labels={})  # still registered
+    world.fleet.members_changed()
+
+    async def cleaned() -> bool:
+        return not await mirrored(world.clients["a"], "b") and not await mirrored(world.clients["b"], "a")
+
+    await until(cleaned, "b's mirrors gone from a, and a's from b")
