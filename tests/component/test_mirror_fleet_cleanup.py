@@ -186,3 +186,9 @@ async def test_a_member_no_longer_selected_keeps_nothing_mirrored(world: Fleet) 
         return not await mirrored(world.clients["a"], "b") and not await mirrored(world.clients["b"], "a")
 
     await until(cleaned, "b's mirrors gone from a, and a's from b")
+
+    async def no_globals() -> bool:
+        return not await globals_of(world.clients["b"])
+
+    await until(no_globals, "the global Service gone from b")
+    assert await globals_of(world.clients["b"]) == []

@@ -182,6 +182,7 @@ class MirrorFleet:
             if gone in members:  # still registered, no longer selected: it keeps no mirrors either
                 for other in sorted(state.holders):
                     await self._clean(gone, spec.settings.mirror_namespace, other)
+                await self._clean_globals(gone, spec.settings.mirror_namespace)
         await self._write_status(obj, policy_status(spec, "", instances, obj["metadata"].get("generation")))
 
     async def _start(self, instance: Instance, spec: PolicySpec, fingerprint: tuple[object, ...],
