@@ -87,3 +87,30 @@ async def test_the_mirrors_cluster_condition_leaves_the_health_controllers_ready
     await condition_reporter(client)("gcp", {"status": "True", "reason": "Fresh", "message": "ok"})
     written = await client.get(CLUSTER_API_VERSION, "Cluster", "gcp")
     assert sorted(types(written)) == ["Ready", "ServiceMirrorEndpointsFresh"]
+
+
+WIDGETS: Obj = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.com"},
+    "spec": {"group": "example.com", "scope": "Cluster",
+             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                     "parts": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                               "items": {"type": "object", "required": ["name"],
+                                         "properties": {"name": {"type": "string"}, "size": {"type": "integer"}}}},
+                     "tags": {"type": "array", "items": {"type": "string"}}}}}}}}]},
+}
+
+
+async def test_an_apply_merges_a_custom_resources_list_map_by_its_keys(client: KubeClient) -> None:
+    def widget(*parts: str) -> Obj:
+        return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+                "spec": {"parts": [{"name": p, "size": 1} for p in parts]}}
+
+    await served(client, WIDGETS, widget("base"))
+    await client.apply(widget("wheel"), field_manager="a")
+    written = await client.apply(widget("bell"), field_manager="b")
+    assert sorted(p["name"] for p in written["spec"]["parts"]) == ["base", "bell", "wheel"]
+    written = await client.apply(widget(), field_manager="a")  # a no longer applies its wheel
+    assert sorted(p["name"] for p in written["spec"]["parts"]) == ["base", "bell"]

@@ -241,8 +241,16 @@ class Operations:
             return new
         return patching.record_update(
             old, new, manager=opts.manager, api_version=rt.group_version, now=times.now_rfc3339(),
-            schema=patching.merge_schema_for(rt.group, rt.kind), subresource=subresource,
+            schema=self._merge_schema(rt), subresource=subresource,
         )
+
+    @staticmethod
+    def _merge_schema(rt: ResourceType) -> patching.MergeSchema | None:
+        """How server-side apply and managedFields see the kind's lists: a built-in kind's table,
+        a custom resource's CRD schema (`x-kubernetes-list-type`), or None (all lists atomic)."""
+        if not rt.crd:
+            return patching.merge_schema_for(rt.group, rt.kind)
+        return patching.merge_schema_from_openapi(rt.schema) if rt.schema is not None else None
 
     # create ------------------------------------------------------------------------------
 
@@ -503,7 +511,7 @@ class Operations:
             raise bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
         applied["metadata"]["name"] = name
         self._place(rt, applied, namespace)
-        merge_schema = patching.merge_schema_for(rt.group, rt.kind) if not rt.crd else None
+        merge_schema = self._merge_schema(rt)
         current = self.find(rt, namespace, name)
         if subresource != "status":
             # The applied configuration is what the request sent: its unknown fields are the
@@ -512,12 +520,10 @@ class Operations:
         now = times.now_rfc3339()
         if subresource == "status":
             # An apply to /status applies the status fields only, merged into the live status
-            # by the schema (a custom resource's from its CRD): list-map items another manager
-            # set, such as its conditions of other types, stay.
+            # by the schema: list-map items another manager set, such as its conditions of other
+            # types, stay.
             if current is None:
                 raise not_found(rt.plural, name, rt.group)
-            if rt.crd and rt.schema is not None:
-                merge_schema = patching.merge_schema_from_openapi(rt.schema)
             try:
                 merged = patching.server_side_apply(
                     current, applied, manager=opts.manager, force=opts.force, api_version=rt.group_version,
