@@ -260,8 +260,8 @@ class MirrorFleet:
             log.warning("removing global Services from %s: %s", local, exc)
 
     async def _write_status(self, obj: Obj, status: Obj) -> None:
-        if (obj.get("status") or {}) == status:
-            return
+        if _own_status(obj.get("status") or {}, status) == status:
+            return  # another writer's conditions are theirs: the apply keeps them anyway
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": obj["metadata"]["name"]},
                 "status": status}
         try:
@@ -288,6 +288,14 @@ class MirrorFleet:
             await self.report(remote, condition)
         except KubeError as exc:
             log.warning("reporting mirrored endpoints of %s: %s", remote, exc)
+
+
+def _own_status(current: Obj, written: Obj) -> Obj:
+    """The part of `current` the fleet writes: its fields and its condition types."""
+    types = {c.get("type") for c in written.get("conditions") or []}
+    own: Obj = {k: v for k, v in current.items() if k in written and k != "conditions"}
+    own["conditions"] = [c for c in current.get("conditions") or [] if c.get("type") in types]
+    return own
 
 
 async def remove_mirrors_of(client: KubeClient, namespace: str, cluster: str) -> int:
