@@ -255,10 +255,27 @@ async def test_leaving_loses_no_request(setup: Setup) -> None:
     assert not any(setup.pools["alice"]._tasks)
 
 
-async def test_a_leave_needs_the_token(setup: Setup) -> None:
-    park_port = setup.router._servers[-1].sockets[0].getsockname()[1]
-    reader, writer = await asyncio.open_connection("127.0.0.1", park_port)
-    writer.write(routing.encode_leave("alice", "stolen"))
+def park_port(setup: Setup) -> int:
+    return int(setup.router._servers[-1].sockets[0].getsockname()[1])
+
+
+async def park_port_line(setup: Setup, line: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", park_port(setup))
+    writer.write(line)
+    await writer.drain()
+    answer = await reader.readline()
+    writer.close()
+    return answer
+
+
+@pytest.mark.parametrize("token", ["stolen", "tb"], ids=["made-up", "bobs"])
+@pytest.mark.parametrize("line", [routing.encode_leave, routing.encode_park], ids=["leave", "park"])
+async def test_a_park_port_line_needs_the_routes_own_token(setup: Setup, line: Callable[[str, str], bytes],
+                                                            token: str) -> None:
+    """A leave or a park for alice's route with another token, another developer's included, is
+    refused and alice's route keeps being served."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", park_port(setup))
+    writer.write(line("alice", token))
     await writer.drain()
     assert (await reader.readline()).startswith(b"ERR wrong token")
     writer.close()
@@ -267,13 +284,17 @@ async def test_a_leave_needs_the_token(setup: Setup) -> None:
     writer.close()
 
 
-async def test_a_park_with_a_wrong_token_is_refused(setup: Setup) -> None:
-    park_port = setup.router._servers[-1].sockets[0].getsockname()[1]
-    reader, writer = await asyncio.open_connection("127.0.0.1", park_port)
-    writer.write(routing.encode_park("alice", "stolen"))
-    await writer.drain()
-    assert (await reader.readline()).startswith(b"ERR wrong token")
+async def test_a_developers_leave_releases_only_their_own_route(setup: Setup) -> None:
+    assert await park_port_line(setup, routing.encode_leave("bob", "tb")) == b"OK\n"
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.port)
+    assert await exchange(reader, writer, "/b", "kubernetes-route-as: bob\r\n") == "original /b 0"
+    assert await exchange(reader, writer, "/a", "kubernetes-route-as: alice\r\n") == "alice /a 0"
     writer.close()
+    assert setup.router.routes["alice"].parked and not setup.router.routes["alice"].leaving
+
+
+async def test_a_leave_of_an_unregistered_route_is_refused(setup: Setup) -> None:
+    assert (await park_port_line(setup, routing.encode_leave("carol", "tc"))).startswith(b"ERR route 'carol' is not")
 
 
 @pytest.mark.parametrize("garbage", [

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from e2e_util import SEMAPHORE_MIRROR, SEMAPHORE_STANZA, Collected, dig_answers, poll, root_conftest
+from e2e_util import Collected, poll, root_conftest
+
+from semaphore_dns import SEMAPHORE_MIRROR, SEMAPHORE_STANZA, dig_answers
 
 pytestmark = pytest.mark.e2e
 

@@ -18,9 +18,11 @@ from pathlib import Path
 import e2e_util
 import pytest
 
+import semaphore_dns
+
 pytestmark = [*e2e_util.needs_netns("dig")]
 
-MIRROR = e2e_util.SEMAPHORE_MIRROR
+MIRROR = semaphore_dns.SEMAPHORE_MIRROR
 
 
 class Cluster:
@@ -63,17 +65,17 @@ def test_a_node_resolves_semaphore_names_through_its_cluster_dns(gcp: Cluster) -
         "spec": {"ports": [{"name": "forward", "port": 8888}, {"name": "http", "port": 8889}]}}))
     mirror_ip = json.loads(gcp.kubectl("get", "service", MIRROR, "-n", "sys-semaphore", "-o", "json"))["spec"]["clusterIP"]
     configmap = json.loads(gcp.kubectl("get", "configmap", "coredns", "-n", "kube-system", "-o", "json"))
-    configmap["data"]["Corefile"] = e2e_util.SEMAPHORE_STANZA + configmap["data"]["Corefile"]
+    configmap["data"]["Corefile"] = semaphore_dns.SEMAPHORE_STANZA + configmap["data"]["Corefile"]
     configmap["metadata"].pop("resourceVersion", None)
     gcp.kubectl("replace", "-f", "-", input=json.dumps(configmap))
 
     def resolved() -> list[str] | None:
-        got = e2e_util.dig_answers(gcp.dig_in_node("fluentd.sys-log.svc.cluster.aws"))
+        got = semaphore_dns.dig_answers(gcp.dig_in_node("fluentd.sys-log.svc.cluster.aws"))
         return got or None
 
     got = e2e_util.poll(resolved, timeout=60, interval=0.5, what="the Semaphore name through the cluster DNS")
     assert got == [f"fluentd.sys-log.svc.cluster.aws. 5 IN A {mirror_ip}"]
     # the cluster's own names still answer from the default block
     kubernetes = json.loads(gcp.kubectl("get", "service", "kubernetes", "-o", "json"))["spec"]["clusterIP"]
-    assert e2e_util.dig_answers(gcp.dig_in_node("kubernetes.default.svc.cluster.local")) == [
+    assert semaphore_dns.dig_answers(gcp.dig_in_node("kubernetes.default.svc.cluster.local")) == [
         f"kubernetes.default.svc.cluster.local. 30 IN A {kubernetes}"]  # kubeadm's Corefile says ttl 30

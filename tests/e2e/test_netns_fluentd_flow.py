@@ -36,12 +36,14 @@ from typing import Any
 import e2e_util
 import pytest
 
+import semaphore_dns
+
 pytestmark = [*e2e_util.needs_netns("nft", "wg"), e2e_util.needs_wireguard()]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "connect"
 CONFIG = EXAMPLES / "semaphore-service-mirror.json"
-MIRROR = e2e_util.SEMAPHORE_MIRROR
+MIRROR = semaphore_dns.SEMAPHORE_MIRROR
 NAME = "fluentd.sys-log.svc.cluster.aws"
 WAIT_S = 120.0
 # Run in a pod's own network namespace: resolve through the pod's resolv.conf, then one HTTP GET.
@@ -143,7 +145,7 @@ def test_the_seeds_fluentd_flow(flow: Flow) -> None:
                ready="/healthz /metrics on")
     flow.start("mesh", "local", "--data-dir", str(flow.data_dir), "--clusters", "aws,gcp", "-v")
     corefile = flow.json("gcp", "get", "configmap", "coredns", "-n", "kube-system")
-    corefile["data"]["Corefile"] = e2e_util.SEMAPHORE_STANZA + corefile["data"]["Corefile"]
+    corefile["data"]["Corefile"] = semaphore_dns.SEMAPHORE_STANZA + corefile["data"]["Corefile"]
     corefile["metadata"].pop("resourceVersion", None)
     flow.kubectl("gcp", "replace", "-f", "-", input=json.dumps(corefile))
 

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_connect_dns_records import mcs_slice, mirror, service_import
 
+from semaphore_dns import dig_answers
 from tether.connect.dns.records import build_table
 from tether.connect.dns.server import TCP, UDP, DnsServer, ServerConfig
 from tether.net import dnswire as w
@@ -82,50 +83,38 @@ async def udp(server: DnsServer, data: bytes, *, expect_reply: bool = True) -> b
         sock.close()
 
 
-def answers(out: str) -> list[str]:
-    section, found = False, []
-    for line in out.splitlines():
-        if line.startswith(";; ANSWER SECTION"):
-            section = True
-        elif section and not line.strip():
-            break
-        elif section:
-            found.append(" ".join(line.split()))
-    return found
-
-
 async def test_dig_every_record_type(server: DnsServer) -> None:
     out = await dig(server, "myservice.test.svc.clusterset.local", "A")
     assert "status: NOERROR" in out and " aa " in out.split("flags:")[1].split(";")[0] + " "
-    assert answers(out) == ["myservice.test.svc.clusterset.local. 5 IN A 10.42.42.42"]
+    assert dig_answers(out) == ["myservice.test.svc.clusterset.local. 5 IN A 10.42.42.42"]
     out = await dig(server, "_https._tcp.myservice.test.svc.clusterset.local", "SRV")
-    assert answers(out) == ["_https._tcp.myservice.test.svc.clusterset.local. 5 IN SRV 0 100 443 "
+    assert dig_answers(out) == ["_https._tcp.myservice.test.svc.clusterset.local. 5 IN SRV 0 100 443 "
                             "myservice.test.svc.clusterset.local."]
     out = await dig(server, "dns-version.clusterset.local", "TXT")
-    assert answers(out) == ['dns-version.clusterset.local. 28800 IN TXT "1.0.0"']
+    assert dig_answers(out) == ['dns-version.clusterset.local. 28800 IN TXT "1.0.0"']
     out = await dig(server, "headless.test.svc.clusterset.local", "A")
-    assert sorted(answers(out)) == ["headless.test.svc.clusterset.local. 5 IN A 10.10.10.10",
+    assert sorted(dig_answers(out)) == ["headless.test.svc.clusterset.local. 5 IN A 10.10.10.10",
                                     "headless.test.svc.clusterset.local. 5 IN A 10.3.0.100"]
     out = await dig(server, "my-pet-1.clusterb.headless.test.svc.clusterset.local", "A")
-    assert answers(out) == ["my-pet-1.clusterb.headless.test.svc.clusterset.local. 5 IN A 10.10.10.10"]
+    assert dig_answers(out) == ["my-pet-1.clusterb.headless.test.svc.clusterset.local. 5 IN A 10.10.10.10"]
     out = await dig(server, "_https._tcp.headless.test.svc.clusterset.local", "SRV")
-    assert sorted(a.split()[-1] for a in answers(out)) == [
+    assert sorted(a.split()[-1] for a in dig_answers(out)) == [
         "my-pet-1.clustera.headless.test.svc.clusterset.local.", "my-pet-1.clusterb.headless.test.svc.clusterset.local."]
     out = await dig(server, "-x", "10.3.0.100")
-    assert answers(out) == ["100.0.3.10.in-addr.arpa. 5 IN PTR my-pet-1.clustera.headless.test.svc.clusterset.local."]
+    assert dig_answers(out) == ["100.0.3.10.in-addr.arpa. 5 IN PTR my-pet-1.clustera.headless.test.svc.clusterset.local."]
     out = await dig(server, "fluentd.sys-log.svc.cluster.aws", "A")
-    assert answers(out) == ["fluentd.sys-log.svc.cluster.aws. 5 IN A 10.5.184.192"]
+    assert dig_answers(out) == ["fluentd.sys-log.svc.cluster.aws. 5 IN A 10.5.184.192"]
     out = await dig(server, "nothing.test.svc.clusterset.local", "A")
     assert "status: NXDOMAIN" in out and "clusterset.local. 5 IN SOA" in " ".join(out.split())
 
 
 async def test_dig_over_tcp_and_forwarding(server: DnsServer, upstream: DnsServer) -> None:
     out = await dig(server, "+tcp", "myservice.test.svc.clusterset.local")
-    assert answers(out) == ["myservice.test.svc.clusterset.local. 5 IN A 10.42.42.42"]
+    assert dig_answers(out) == ["myservice.test.svc.clusterset.local. 5 IN A 10.42.42.42"]
     out = await dig(server, "thing.ns.svc.cluster.up", "A")  # not ours: the upstream answers
-    assert answers(out) == ["thing.ns.svc.cluster.up. 5 IN A 10.77.0.1"]
+    assert dig_answers(out) == ["thing.ns.svc.cluster.up. 5 IN A 10.77.0.1"]
     out = await dig(server, "+tcp", "thing.ns.svc.cluster.up", "A")
-    assert answers(out) == ["thing.ns.svc.cluster.up. 5 IN A 10.77.0.1"]
+    assert dig_answers(out) == ["thing.ns.svc.cluster.up. 5 IN A 10.77.0.1"]
     assert server.counters.forwards >= 2
     await dig(server, "+nocookie", "thing.ns.svc.cluster.up", "A")
     before = upstream.udp_received
@@ -136,11 +125,11 @@ async def test_dig_over_tcp_and_forwarding(server: DnsServer, upstream: DnsServe
 async def test_truncation_and_edns_buffer_sizes(server: DnsServer) -> None:
     name = "big.test.svc.clusterset.local"
     out = await dig(server, "+notcp", "+ignore", "+noedns", name)
-    assert " tc" in out.split("flags:")[1].split(";")[0] and not answers(out)
+    assert " tc" in out.split("flags:")[1].split(";")[0] and not dig_answers(out)
     out = await dig(server, "+notcp", "+ignore", "+bufsize=4096", name)  # the server sends at most 1232
     assert " tc" in out.split("flags:")[1].split(";")[0]
     out = await dig(server, name)  # dig retries over TCP after TC
-    assert len(answers(out)) == MANY
+    assert len(dig_answers(out)) == MANY
     small = w.make_query(9, name, w.TYPE_A, edns=4096)
     reply = await udp(server, small)
     assert reply is not None and len(reply) <= 1232 and w.parse_message(reply).flags & w.FLAG_TC
@@ -168,7 +157,7 @@ async def test_cache_ignores_edns_cookies(server: DnsServer) -> None:
     await dig(server, "myservice.test.svc.clusterset.local")  # a fresh random cookie each time
     hits = server.cache.stats.hits
     out = await dig(server, "myservice.test.svc.clusterset.local")
-    assert answers(out) == ["myservice.test.svc.clusterset.local. 5 IN A 10.42.42.42"]
+    assert dig_answers(out) == ["myservice.test.svc.clusterset.local. 5 IN A 10.42.42.42"]
     assert server.cache.stats.hits == hits + 1
 
 

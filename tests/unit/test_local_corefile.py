@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from semaphore_dns import MIRROR_NAMESPACE, SEMAPHORE_STANZA
 from tether.local.services.corefile import (
     CorefileError,
     apply_rewrites,
@@ -18,29 +19,6 @@ from tether.local.services.corefile import (
 from tether.local.services.dns import answer, build_zone
 from tether.local.services.dnsplugins import Forward, Resolver
 from tether.net import dnswire as w
-
-MIRROR_NS = "sys-semaphore"
-SEMAPHORE_STANZA = r"""
-cluster.aws {
-    errors
-    health
-    rewrite continue {
-      name regex ([a-zA-Z0-9-_]*\.)?([a-zA-Z0-9-_]*)\.([a-zv0-9-_]*)\.svc\.cluster\.aws {1}aws-{3}-73736d-{2}.sys-semaphore.svc.cluster.local
-      answer name ([a-zA-Z0-9-_]*\.)?aws-([a-zA-Z0-9-_]*)-73736d-([a-zA-Z0-9-_]*)\.sys-semaphore\.svc\.cluster\.local {1}{3}.{2}.svc.cluster.aws
-    }
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-      pods insecure
-      endpoint_pod_names
-      upstream
-      fallthrough in-addr.arpa ip6.arpa
-    }
-    forward . /etc/resolv.conf
-    cache 30
-    loop
-    reload
-    loadbalance
-}
-"""
 
 
 def test_default_corefile_parses_like_kubeadm_s() -> None:
@@ -108,7 +86,7 @@ def test_rewrite_kinds(rule: str, name: str, expected: str) -> None:
 
 # the query path ------------------------------------------------------------------------------
 
-SERVICES = [{"metadata": {"name": "aws-sys-log-73736d-fluentd", "namespace": MIRROR_NS},
+SERVICES = [{"metadata": {"name": "aws-sys-log-73736d-fluentd", "namespace": MIRROR_NAMESPACE},
              "spec": {"type": "ClusterIP", "clusterIP": "127.64.0.9",
                       "ports": [{"name": "http", "port": 8888, "protocol": "TCP"}]}},
             {"metadata": {"name": "web", "namespace": "default"},

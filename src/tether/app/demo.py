@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,13 +41,13 @@ from rich.table import Table
 
 from tether.app import clusterproxy as proxy_app
 from tether.app import demo_bridge, demo_connect, demo_pull
+from tether.app import demo_steps as steps
 from tether.app.hub import Hub
 from tether.app.hubconfig import HubConfig
 from tether.federation import bootstrap, install, registry
 from tether.federation.health import HealthTimers
 from tether.kube import KubeClient, KubeError, NotFound
 from tether.local import roles, supervisor
-from tether.net.tasks import cancel_and_wait
 from tether.objects import Obj
 
 HOST = "hub"
@@ -56,11 +55,10 @@ MEMBERS = ("cluster", "cluster1")
 DEMO_CLUSTERS = (HOST, *MEMBERS, demo_pull.MEMBER)
 NAMESPACE = "test-namespace"
 DEPLOYMENT = "test-deployment"
-FIELD_MANAGER = "tether-demo"
 PROPAGATION_WAIT_S = 90.0
 
 # KubeFed's quick start creates the namespace on the host with `kubectl create ns test-namespace`.
-HOST_NAMESPACE: Obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+HOST_NAMESPACE: Obj = steps.namespace(NAMESPACE)
 
 # KubeFed's quick-start federatednamespace.yml, unchanged.
 FEDERATED_NAMESPACE: Obj = {
@@ -110,26 +108,18 @@ KARMADA_DEPLOYMENT = "web"
 KARMADA_REPLICAS = 6
 KARMADA_WEIGHTS: Mapping[str, int] = {"cluster": 2, "cluster1": 1}
 KARMADA_EXPECTED: Mapping[str, int] = {"cluster": 4, "cluster1": 2}
-_WEB_LABELS = {"app": KARMADA_DEPLOYMENT}
 KARMADA_OBJECTS: tuple[Obj, ...] = (
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KARMADA_NAMESPACE}},
-    {"apiVersion": "apps/v1", "kind": "Deployment",
-     "metadata": {"name": KARMADA_DEPLOYMENT, "namespace": KARMADA_NAMESPACE, "labels": _WEB_LABELS},
-     "spec": {"replicas": KARMADA_REPLICAS, "selector": {"matchLabels": _WEB_LABELS},
-              "template": {"metadata": {"labels": _WEB_LABELS},
-                           "spec": {"containers": [{"name": "nginx", "image": "nginx:1.17"}]}}}},
-    {"apiVersion": "policy.karmada.io/v1alpha1", "kind": "PropagationPolicy",
-     "metadata": {"name": KARMADA_DEPLOYMENT, "namespace": KARMADA_NAMESPACE},
-     "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment",
-                                     "name": KARMADA_DEPLOYMENT}],
-              "placement": {
-                  "clusterAffinity": {"clusterNames": list(MEMBERS)},
-                  "replicaScheduling": {
-                      "replicaSchedulingType": "Divided",
-                      "replicaDivisionPreference": "Weighted",
-                      "weightPreference": {"staticWeightList": [
-                          {"targetCluster": {"clusterNames": [name]}, "weight": weight}
-                          for name, weight in KARMADA_WEIGHTS.items()]}}}}},
+    steps.namespace(KARMADA_NAMESPACE),
+    steps.deployment(KARMADA_DEPLOYMENT, KARMADA_NAMESPACE, KARMADA_REPLICAS,
+                     {"name": "nginx", "image": "nginx:1.17"}),
+    steps.propagation_policy(KARMADA_DEPLOYMENT, KARMADA_NAMESPACE, {
+        "clusterAffinity": {"clusterNames": list(MEMBERS)},
+        "replicaScheduling": {
+            "replicaSchedulingType": "Divided",
+            "replicaDivisionPreference": "Weighted",
+            "weightPreference": {"staticWeightList": [
+                {"targetCluster": {"clusterNames": [name]}, "weight": weight}
+                for name, weight in KARMADA_WEIGHTS.items()]}}}),
 )
 
 
@@ -171,14 +161,10 @@ async def running_hub(kubeconfig: Path, data_dir: Path) -> AsyncIterator[None]:
         proxy = await proxy_app.open_proxy(
             client, proxy_app.ProxyConfig(kubeconfig=kubeconfig, context=HOST, port=0),
             cluster_source=lambda name: hub.shared.clusters.get(None, name))
-        task = asyncio.create_task(hub.run())
         try:
-            await asyncio.sleep(0.1)
-            if task.done():
-                task.result()  # raise what stopped it right away
-            yield
+            async with steps.running(hub.run()):
+                yield
         finally:
-            await cancel_and_wait(task)
             await proxy.aclose()
 
 
@@ -221,13 +207,8 @@ async def join_members(host: KubeClient, kubeconfig: Path) -> list[registry.Join
 
 
 async def apply_kubefed(host: KubeClient) -> list[str]:
-    applied = []
-    for obj in (HOST_NAMESPACE, FEDERATED_NAMESPACE, FEDERATED_DEPLOYMENT):
-        out = await host.apply(obj, field_manager=FIELD_MANAGER)
-        meta = out["metadata"]
-        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
-        applied.append(f"{obj['kind'].lower()}/{where}{meta['name']}")
-    return applied
+    return await steps.apply_all(host, (HOST_NAMESPACE, FEDERATED_NAMESPACE, FEDERATED_DEPLOYMENT),
+                                 with_namespace=True)
 
 
 async def member_result(kubeconfig: Path, cluster: str) -> MemberResult:
@@ -256,20 +237,14 @@ async def member_result(kubeconfig: Path, cluster: str) -> MemberResult:
 
 
 async def wait_propagated(kubeconfig: Path, timeout_s: float = PROPAGATION_WAIT_S) -> list[MemberResult]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        results = [await member_result(kubeconfig, c) for c in MEMBERS]
-        if all(r.matches(EXPECTED[r.cluster]) for r in results) or time.monotonic() >= deadline:
-            return results
-        await asyncio.sleep(0.5)
+    async def results() -> list[MemberResult]:
+        return [await member_result(kubeconfig, c) for c in MEMBERS]
+
+    return await steps.poll(results, lambda rs: all(r.matches(EXPECTED[r.cluster]) for r in rs), timeout_s)
 
 
 async def apply_karmada(host: KubeClient) -> list[str]:
-    applied = []
-    for obj in KARMADA_OBJECTS:
-        out = await host.apply(obj, field_manager=FIELD_MANAGER)
-        applied.append(f"{obj['kind'].lower()}/{out['metadata']['name']}")
-    return applied
+    return await steps.apply_all(host, KARMADA_OBJECTS)
 
 
 @dataclass(frozen=True)
@@ -308,12 +283,7 @@ async def karmada_result(host: KubeClient, kubeconfig: Path) -> KarmadaResult:
 
 async def wait_karmada(host: KubeClient, kubeconfig: Path,
                        timeout_s: float = PROPAGATION_WAIT_S) -> KarmadaResult:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = await karmada_result(host, kubeconfig)
-        if result.ok or time.monotonic() >= deadline:
-            return result
-        await asyncio.sleep(0.5)
+    return await steps.poll(lambda: karmada_result(host, kubeconfig), lambda r: r.ok, timeout_s)
 
 
 async def federated_status(host: KubeClient) -> Obj:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,15 +34,13 @@ from pathlib import Path
 from rich.console import Console
 
 from tether import bridge
-from tether.app import demo_connect
+from tether.app import demo_steps as steps
 from tether.bridge import agentpods, intercepts, routing
 from tether.bridge.channel import BridgeError
 from tether.bridge.interceptrun import Holding, keep_renewed
 from tether.bridge.muxchannel import MuxChannel
 from tether.bridge.session import SessionError
 from tether.kube import KubeClient, KubeError
-from tether.net import dnsclient
-from tether.net import dnswire as wire
 from tether.net.httpserver import HttpServer, Request, Response
 from tether.objects import Obj
 
@@ -54,26 +51,13 @@ PORT = 80
 DNS_NAME = f"{SERVICE}.{NAMESPACE}"
 ROUTE = "demo"  # the route-as name: requests with `kubernetes-route-as: demo` come here
 USER = "tether-demo"
-FIELD_MANAGER = "tether-demo"
 LOCAL_PROGRAM = "the program on this machine"
 ASK_TIMEOUT_S = 5.0
 ROUTE_HEADER = "kubernetes-route-as"
 
 _LABELS = {"app": SERVICE}
-OBJECTS: tuple[Obj, ...] = (
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-    {"apiVersion": "apps/v1", "kind": "Deployment",
-     "metadata": {"name": SERVICE, "namespace": NAMESPACE, "labels": _LABELS},
-     "spec": {"replicas": 1, "selector": {"matchLabels": _LABELS},
-              "template": {"metadata": {"labels": _LABELS},
-                           "spec": {"containers": [{
-                               "name": "echo", "image": "tether/echo",
-                               "ports": [{"name": "http", "containerPort": 8080}],
-                               "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}}}},
-    {"apiVersion": "v1", "kind": "Service",
-     "metadata": {"name": SERVICE, "namespace": NAMESPACE, "labels": _LABELS},
-     "spec": {"selector": _LABELS, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]}},
-)
+OBJECTS: tuple[Obj, ...] = (steps.namespace(NAMESPACE),
+                            *steps.echo_app(SERVICE, NAMESPACE, 1, PORT, service_labels=_LABELS))
 
 
 @dataclass(frozen=True)
@@ -142,28 +126,17 @@ def describe_answer(body: bytes) -> str:
 
 
 async def apply_objects(member: KubeClient) -> list[str]:
-    applied = []
-    for obj in OBJECTS:
-        out = await member.apply(obj, field_manager=FIELD_MANAGER)
-        applied.append(f"{obj['kind'].lower()}/{out['metadata']['name']}")
-    return applied
+    return await steps.apply_all(member, OBJECTS)
 
 
 async def ready_endpoints(member: KubeClient) -> int:
     slices = await member.list_objects("discovery.k8s.io/v1", "EndpointSlice", NAMESPACE,
-                                       f"kubernetes.io/service-name={SERVICE}")
-    return sum(1 for piece in slices for e in piece.get("endpoints") or []
-               if (e.get("conditions") or {}).get("ready") is not False)
+                                       f"{steps.SERVICE_NAME_LABEL}={SERVICE}")
+    return len(steps.ready_addresses(slices, SERVICE))
 
 
 async def wait_ready(member: KubeClient, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if await ready_endpoints(member) >= 1:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.5)
+    return await steps.poll(lambda: ready_endpoints(member), lambda n: n >= 1, timeout_s) >= 1
 
 
 async def ask_from_cluster(member: KubeClient, route: str | None) -> str:
@@ -185,12 +158,9 @@ async def ask_from_cluster(member: KubeClient, route: str | None) -> str:
 async def ask_until(member: KubeClient, route: str | None, wanted: str, timeout_s: float) -> str:
     """Ask until the answer is `wanted` (LOCAL_PROGRAM) or a pod's (wanted ""), within `timeout_s`:
     moving the Service to the router and back takes the endpoints a moment."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        answer = await ask_from_cluster(member, route)
-        if (answer == wanted if wanted else _is_pod(answer)) or time.monotonic() >= deadline:
-            return answer
-        await asyncio.sleep(0.3)
+    return await steps.poll(lambda: ask_from_cluster(member, route),
+                            lambda answer: answer == wanted if wanted else _is_pod(answer),
+                            timeout_s, interval_s=0.3)
 
 
 async def service_restored(member: KubeClient) -> bool:
@@ -227,15 +197,6 @@ async def local_program() -> AsyncIterator[tuple[HttpServer, list[str]]]:
 # 1. reach by name ----------------------------------------------------------------------------
 
 
-async def _resolve(server: tuple[str, int], name: str) -> str:
-    query = wire.make_query(0x7E1F, name, wire.TYPE_A)
-    try:
-        answer = wire.parse_message(await dnsclient.exchange(query, [server], timeout_s=ASK_TIMEOUT_S))
-    except (dnsclient.DnsClientError, wire.DnsFormatError):
-        return ""
-    return next((r.rdata.address for r in answer.answers if isinstance(r.rdata, wire.A)), "")
-
-
 def reach_by_name(kubeconfig: Path, state_root: Path) -> ReachResult:
     """Blocking (the session runs its own loop in a thread): call it through `asyncio.to_thread`."""
     try:
@@ -247,13 +208,10 @@ def reach_by_name(kubeconfig: Path, state_root: Path) -> ReachResult:
                 return ReachResult(listening=f"{host}:{port}", error="the session runs no DNS server")
 
             async def ask() -> tuple[str, str]:
-                resolved = await _resolve(dns, DNS_NAME)
-                deadline = time.monotonic() + 30.0
-                answer = ""
-                while resolved and not answer and time.monotonic() < deadline:
-                    answer = await demo_connect.http_get(resolved, port)
-                    if not answer:
-                        await asyncio.sleep(0.3)
+                resolved = next(iter(await steps.resolve(dns, DNS_NAME)), "")
+                if not resolved:
+                    return "", ""
+                answer = await steps.poll(lambda: steps.http_get(resolved, port), bool, 30.0, interval_s=0.3)
                 return resolved, answer
 
             resolved, answer = asyncio.run(ask())

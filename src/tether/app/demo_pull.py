@@ -13,44 +13,33 @@ are kept under the data dir, so a second run reuses the registration.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tether.app import agent as agent_files
 from tether.app import clusterproxy
+from tether.app import demo_steps as steps
 from tether.app.pullagent import AgentSettings, PullAgent
 from tether.federation import bootstrap
 from tether.federation.health import HUB_NAMESPACE
 from tether.kube import ClusterCredentials, KubeClient, KubeError, NotFound
-from tether.net.tasks import cancel_and_wait
 from tether.objects import Obj
 
 MEMBER = "edge"
 NAMESPACE = "edge-demo"
 DEPLOYMENT = "hello-edge"
 REPLICAS = 2
-FIELD_MANAGER = "tether-demo"
 TOKEN_TTL_S = 600.0
 AGENT_PERIOD_S = 2.0
 CLUSTER_API = "cluster.tether.io/v1alpha1"
 
-_LABELS = {"app": DEPLOYMENT}
 OBJECTS: tuple[Obj, ...] = (
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-    {"apiVersion": "apps/v1", "kind": "Deployment",
-     "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE, "labels": _LABELS},
-     "spec": {"replicas": REPLICAS, "selector": {"matchLabels": _LABELS},
-              "template": {"metadata": {"labels": _LABELS},
-                           "spec": {"containers": [{"name": "echo", "image": "tether/echo"}]}}}},
-    {"apiVersion": "policy.karmada.io/v1alpha1", "kind": "PropagationPolicy",
-     "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
-     "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": DEPLOYMENT}],
-              "placement": {"clusterAffinity": {"clusterNames": [MEMBER]}}}},
+    steps.namespace(NAMESPACE),
+    steps.deployment(DEPLOYMENT, NAMESPACE, REPLICAS, {"name": "echo", "image": "tether/echo"}),
+    steps.propagation_policy(DEPLOYMENT, NAMESPACE, {"clusterAffinity": {"clusterNames": [MEMBER]}}),
 )
 
 
@@ -108,15 +97,9 @@ async def running_agent(registered: Registered, tunnel_address: str) -> AsyncIte
                              tunnel_ca=str(tunnel_ca) if tunnel_ca.exists() else "",
                              token_path=str(token_path))
     async with KubeClient(hub_creds) as hub, \
-            KubeClient.from_kubeconfig(Path(files.member_kubeconfig), files.member_context) as member:
-        task = asyncio.create_task(PullAgent(hub, member, settings).run())
-        try:
-            await asyncio.sleep(0.1)
-            if task.done():
-                task.result()
-            yield
-        finally:
-            await cancel_and_wait(task)
+            KubeClient.from_kubeconfig(Path(files.member_kubeconfig), files.member_context) as member, \
+            steps.running(PullAgent(hub, member, settings).run()):
+        yield
 
 
 async def published_tunnel(host: KubeClient) -> tuple[str, str]:
@@ -136,11 +119,7 @@ async def point_at_tunnel(host: KubeClient, proxy_url: str) -> None:
 
 
 async def apply_objects(host: KubeClient) -> list[str]:
-    applied = []
-    for obj in OBJECTS:
-        out = await host.apply(obj, field_manager=FIELD_MANAGER)
-        applied.append(f"{obj['kind'].lower()}/{out['metadata']['name']}")
-    return applied
+    return await steps.apply_all(host, OBJECTS)
 
 
 async def pull_result(host: KubeClient, proxy_kubeconfig: Path | None) -> PullResult:
@@ -166,13 +145,13 @@ async def pull_result(host: KubeClient, proxy_kubeconfig: Path | None) -> PullRe
 
 
 async def wait_pull(host: KubeClient, data_dir: Path, timeout_s: float) -> PullResult:
-    deadline = time.monotonic() + timeout_s
     proxy_kubeconfig: Path | None = None
-    while True:
+
+    async def check() -> PullResult:
+        nonlocal proxy_kubeconfig
         if proxy_kubeconfig is None:
             with contextlib.suppress(KubeError, clusterproxy.ProxySetupError, OSError):
                 proxy_kubeconfig = await clusterproxy.write_kubeconfig(host, MEMBER, state_dir=data_dir)
-        result = await pull_result(host, proxy_kubeconfig)
-        if result.ok or time.monotonic() >= deadline:
-            return result
-        await asyncio.sleep(0.5)
+        return await pull_result(host, proxy_kubeconfig)
+
+    return await steps.poll(check, lambda r: r.ok, timeout_s)

@@ -240,7 +240,8 @@ class Router:
         try:
             park = routing.parse_leave(line)
             route = self.routes.get(park.route)
-            why = None if route is None else routing.authorize_park(park, {park.route: route.digest})
+            # the same check as a park: only the holder of this route's token releases it
+            why = routing.authorize_park(park, {n: r.digest for n, r in self.routes.items()})
         except ValueError as exc:
             why, route = str(exc), None
         if why is None and route is not None:

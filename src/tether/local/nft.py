@@ -1,8 +1,8 @@
 """nftables in a cluster's network namespaces (netns mode): one `nft -f` per change.
 
-A script given to `apply_ruleset` is one transaction (see `tether.net.nft`, the runner). Scripts
-replace whole tables (`table x {}; delete table x; table x {...}`), which is what every caller
-renders.
+A script given to `apply_ruleset` is one transaction (see `tether.net.nft`, the runner). Most
+scripts replace whole tables (`table x {}; delete table x; table x {...}`); the underlay's node
+filter adds or deletes one chain per peer in its table.
 """
 
 from __future__ import annotations

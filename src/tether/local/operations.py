@@ -241,8 +241,16 @@ class Operations:
             return new
         return patching.record_update(
             old, new, manager=opts.manager, api_version=rt.group_version, now=times.now_rfc3339(),
-            schema=patching.merge_schema_for(rt.group, rt.kind), subresource=subresource,
+            schema=self._merge_schema(rt), subresource=subresource,
         )
+
+    @staticmethod
+    def _merge_schema(rt: ResourceType) -> patching.MergeSchema | None:
+        """How server-side apply and managedFields see the kind's lists: a built-in kind's table,
+        a custom resource's CRD schema (`x-kubernetes-list-type`), or None (all lists atomic)."""
+        if not rt.crd:
+            return patching.merge_schema_for(rt.group, rt.kind)
+        return patching.merge_schema_from_openapi(rt.schema) if rt.schema is not None else None
 
     # create ------------------------------------------------------------------------------
 
@@ -354,7 +362,8 @@ class Operations:
         return self._write_update(rt, current, obj, opts, subresource=subresource, expect=expect)
 
     def _write_update(self, rt: ResourceType, current: Obj, new: Obj, opts: WriteOptions, *,
-                      subresource: str = "", expect: str | None = None) -> Obj:
+                      subresource: str = "", expect: str | None = None,
+                      managed_fields: list[Any] | None = None) -> Obj:
         # A status write keeps only the new status, and may share the rest with the stored
         # object: unknown fields outside a custom resource's status are reported, never removed.
         self._check_fields(rt, new, opts, current, remove=subresource != "status")
@@ -386,6 +395,8 @@ class Operations:
             crds.accept(new)
         new = self._manage(rt, current, new, opts, subresource)
         meta = new["metadata"]
+        if managed_fields is not None:  # a status apply's, which a status write would not keep
+            meta["managedFields"] = managed_fields
         meta["resourceVersion"] = cur_meta["resourceVersion"]
         if new == current:
             return current  # a no-op write changes nothing and notifies no one
@@ -500,34 +511,37 @@ class Operations:
             raise bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
         applied["metadata"]["name"] = name
         self._place(rt, applied, namespace)
-        merge_schema = patching.merge_schema_for(rt.group, rt.kind) if not rt.crd else None
+        merge_schema = self._merge_schema(rt)
         current = self.find(rt, namespace, name)
         if subresource != "status":
             # The applied configuration is what the request sent: its unknown fields are the
             # request's, and they must not reach the field managers' sets either.
             self._check_fields(rt, applied, replace(opts, duplicates=decoded.duplicates), current)
+        now = times.now_rfc3339()
         if subresource == "status":
-            # An apply to /status sets status fields (merged into the live status); the main
-            # resource's apply ignores status, so this cannot go through server_side_apply.
+            # An apply to /status applies the status fields only, merged into the live status
+            # by the schema: list-map items another manager set, such as its conditions of other
+            # types, stay.
             if current is None:
                 raise not_found(rt.plural, name, rt.group)
-            merged = copy.deepcopy(current)
-            merged["status"] = patching.apply_merge_patch(current.get("status") or {}, applied.get("status") or {})
-            return self._write_update(rt, current, merged, opts, subresource="status"), False
+            try:
+                merged = patching.server_side_apply(
+                    current, applied, manager=opts.manager, force=opts.force, api_version=rt.group_version,
+                    now=now, schema=merge_schema, subresource="status")
+            except patching.ApplyConflictError as exc:
+                raise self._apply_conflict(exc, rt, name) from None
+            status_opts = replace(opts, manager="")  # the apply wrote its own managedFields entry
+            return self._write_update(rt, current, merged, status_opts, subresource="status",
+                                      managed_fields=merged["metadata"].get("managedFields")), False
         # What the merge keeps of the live object was checked when it was written, and the
         # applied configuration above: the result needs no second check (nor a second prune).
-        now = times.now_rfc3339()
         try:
             result = patching.server_side_apply(
                 current, applied, manager=opts.manager, force=opts.force, api_version=rt.group_version,
                 now=now, schema=merge_schema,
             )
         except patching.ApplyConflictError as exc:
-            causes = [Cause("FieldManagerConflict", f'conflict with "{c.manager}" using {c.api_version}', c.field)
-                      for c in exc.conflicts]
-            summary = "; ".join(f'conflict with "{c.manager}" using {c.api_version}: {c.field}' for c in exc.conflicts)
-            raise ApiError(409, "Conflict", f"Apply failed with {len(causes)} conflict{'s' if len(causes) != 1 else ''}: {summary}",
-                           name=name, kind=rt.plural, group=rt.group, causes=causes) from None
+            raise self._apply_conflict(exc, rt, name) from None
         if current is None:
             result["metadata"].pop("resourceVersion", None)
             managed = result["metadata"].get("managedFields")
@@ -538,6 +552,14 @@ class Operations:
         no_manager = WriteOptions(dry_run=opts.dry_run, field_validation=opts.field_validation,
                                   fields_checked=True)
         return self._write_update(rt, current, result, no_manager, subresource=subresource), False
+
+    @staticmethod
+    def _apply_conflict(exc: patching.ApplyConflictError, rt: ResourceType, name: str) -> ApiError:
+        causes = [Cause("FieldManagerConflict", f'conflict with "{c.manager}" using {c.api_version}', c.field)
+                  for c in exc.conflicts]
+        summary = "; ".join(f'conflict with "{c.manager}" using {c.api_version}: {c.field}' for c in exc.conflicts)
+        return ApiError(409, "Conflict", f"Apply failed with {len(causes)} conflict{'s' if len(causes) != 1 else ''}: {summary}",
+                        name=name, kind=rt.plural, group=rt.group, causes=causes)
 
     # delete ------------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from tether.local.netns import (
     NetnsError,
     device_exists,
     enable_forwarding,
+    exec_prefix,
     in_namespace,
     link_device,
     list_namespaces,
@@ -56,6 +57,8 @@ from tether.local.netns import (
     underlay_node_route,
 )
 from tether.local.network import NETNS, UNDERLAY_HOST_IP, ClusterNetwork
+from tether.local.nft import apply_ruleset
+from tether.net.nft import NftError, run_nft
 
 
 class Host:
@@ -270,13 +273,21 @@ def _no_ipv6(device: str) -> Callable[[], None]:
     return write
 
 
-async def _run_nft(namespace: str, script: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        "ip", "netns", "exec", namespace, "nft", "-f", "-", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    _, err = await proc.communicate(script.encode())
-    if proc.returncode != 0:
-        raise NetnsError(f"nft in {namespace}: {err.decode(errors='replace').strip()}")
+async def _apply_nft(namespace: str, script: str) -> None:
+    """`script` into `namespace` in one transaction; a NetnsError, as every underlay failure is."""
+    try:
+        await apply_ruleset(namespace, script)
+    except NftError as exc:
+        raise NetnsError(str(exc)) from exc
+
+
+async def _node_table(namespace: str) -> str:
+    """The node filter table's listing in `namespace`; "" when there is none."""
+    try:
+        return await run_nft(["list", "table", "inet", NODE_TABLE], prefix=exec_prefix(namespace),
+                             where=namespace)
+    except NftError:
+        return ""
 
 
 async def join_nodes(a: ClusterNetwork, b: ClusterNetwork) -> None:
@@ -302,7 +313,7 @@ async def join_nodes(a: ClusterNetwork, b: ClusterNetwork) -> None:
     for here, there, dev in ((a, b, da), (b, a, db)):
         assert there.fabric_cidr is not None
         router = router_namespace(here.index)
-        await _run_nft(router, node_filter(here, there))
+        await _apply_nft(router, node_filter(here, there))
         await asyncio.to_thread(enable_forwarding, router)
         await run_ip(["-n", router, "route", "replace", str(there.fabric_cidr), "via", there.underlay_ip,
                       "onlink", "dev", dev, "proto", RTPROTO, "metric", str(UNDERLAY_METRIC)])
@@ -324,9 +335,9 @@ async def leave_nodes(a: ClusterNetwork, b: ClusterNetwork) -> None:
             await run_ip(["-n", node, "route", "del", str(there.fabric_cidr), "proto", RTPROTO], check=False)
         await run_ip(["-n", router, "link", "del", node_link(there.index)], check=False)
         try:
-            await _run_nft(router, f"table inet {NODE_TABLE} {{}}\ndelete chain inet {NODE_TABLE} to_{there.index}\n")
+            await _apply_nft(router, f"table inet {NODE_TABLE} {{}}\ndelete chain inet {NODE_TABLE} to_{there.index}\n")
         except NetnsError:
             pass  # no such chain: not joined
-        listing = await run_ip(["netns", "exec", router, "nft", "list", "table", "inet", NODE_TABLE], check=False)
+        listing = await _node_table(router)
         if listing and "chain " not in listing:
-            await _run_nft(router, f"delete table inet {NODE_TABLE}\n")
+            await _apply_nft(router, f"delete table inet {NODE_TABLE}\n")

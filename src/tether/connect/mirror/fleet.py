@@ -8,8 +8,11 @@ CONNECT proxy, so its API is reached through the tunnel like every other hub cli
 The reconcile is per policy: parse it, plan which instances run (`policy.plan_members`), start
 the new ones, restart those whose remotes or credentials changed (mirrors are level-based, so a
 restart relists and changes nothing that is right), stop the ones no longer wanted, and remove
-from the remaining members what was mirrored from a member that left. The policy's status
-lists who mirrors whom.
+from the remaining members what was mirrored from a member that left (from each of them,
+whether its mirror runs or not: one left alone runs none), and from a member that is still
+registered but no longer selected what it mirrored. Deleting the policy removes what its
+mirrors wrote from every member it took part in, running a mirror at that moment or not (one
+being restarted), global Services included. The policy's status lists who mirrors whom.
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ class _Policy:
     taking_part: set[str] = field(default_factory=set)
     namespace: str = ""
     running: dict[str, _Running] = field(default_factory=dict)
+    # Every member this policy took part in while this process ran it, until its mirrors are
+    # cleaned: a member whose mirror is not running at the moment (restarting, or alone once
+    # the others left) can still hold what its mirror wrote.
+    holders: set[str] = field(default_factory=set)
 
 
 class MirrorFleet:
@@ -153,6 +160,7 @@ class MirrorFleet:
             await self._stop_all(name, state, clean=True)
         state.namespace = spec.settings.mirror_namespace
         state.taking_part = taking_part
+        state.holders |= taking_part
         wanted = {i.local: i for i in instances}
         for local in list(state.running):
             if local not in wanted:
@@ -167,8 +175,14 @@ class MirrorFleet:
                 await self._stop(state, local)
             state.running[local] = await self._start(instance, spec, fingerprint, members)
         for gone in sorted(left):
-            for local in wanted:
+            # every member still taking part, whether or not its mirror runs now (a member
+            # left alone runs none, yet holds what it mirrored from the one that left)
+            for local in sorted(taking_part):
                 await self._clean(local, spec.settings.mirror_namespace, gone)
+            if gone in members:  # still registered, no longer selected: it keeps no mirrors either
+                for other in sorted(state.holders):
+                    await self._clean(gone, spec.settings.mirror_namespace, other)
+                await self._clean_globals(gone, spec.settings.mirror_namespace)
         await self._write_status(obj, policy_status(spec, "", instances, obj["metadata"].get("generation")))
 
     async def _start(self, instance: Instance, spec: PolicySpec, fingerprint: tuple[object, ...],
@@ -202,19 +216,27 @@ class MirrorFleet:
         await cancel_and_wait(running.task)
 
     async def _stop_all(self, name: str, state: _Policy, *, clean: bool) -> None:
-        members = set(state.running)
+        """Stop the policy's mirrors; with `clean`, remove what they wrote from every member
+        the policy took part in, running a mirror at this moment or not."""
+        holders = state.holders | state.taking_part | set(state.running)
         for local in list(state.running):
             await self._stop(state, local)
         if clean and state.namespace:
-            for local in sorted(members):
-                for gone in sorted(state.taking_part):
+            registered = {m.name for m in self.members()}  # a deregistered cluster is not ours to reach
+            for local in sorted(holders & registered):
+                for gone in sorted(holders):  # its own name too: its slices behind global Services
                     await self._clean(local, state.namespace, gone)
+                await self._clean_globals(local, state.namespace)
         state.taking_part = set()
+        state.holders = set()
 
     async def _clean(self, local: str, namespace: str, gone: str) -> None:
         """Remove from `local` what was mirrored from member `gone`."""
         if local not in self.pool:
-            return
+            member = next((m for m in self.members() if m.name == local), None)
+            if member is None:
+                return  # not a member any more: nothing to reach it with
+            await self.pool.set(local, member.credentials)
         try:
             removed = await remove_mirrors_of(self.pool.get(local), namespace, gone)
         except KubeError as exc:
@@ -223,9 +245,23 @@ class MirrorFleet:
         if removed:
             log.info("removed %d objects mirrored from %s out of %s", removed, gone, local)
 
-    async def _write_status(self, obj: Obj, status: Obj) -> None:
-        if (obj.get("status") or {}) == status:
+    async def _clean_globals(self, local: str, namespace: str) -> None:
+        """Remove the global Services the policy's mirror made in `local` (every contributor's)."""
+        if local not in self.pool:
             return
+        client = self.pool.get(local)
+        try:
+            for obj in await client.list_objects("v1", "Service", namespace, f"{L.GLOBAL_SVC}={L.TRUE}"):
+                try:
+                    await client.delete("v1", "Service", obj["metadata"]["name"], namespace)
+                except NotFound:
+                    pass
+        except KubeError as exc:
+            log.warning("removing global Services from %s: %s", local, exc)
+
+    async def _write_status(self, obj: Obj, status: Obj) -> None:
+        if _own_status(obj.get("status") or {}, status) == status:
+            return  # another writer's conditions are theirs: the apply keeps them anyway
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": obj["metadata"]["name"]},
                 "status": status}
         try:
@@ -252,6 +288,14 @@ class MirrorFleet:
             await self.report(remote, condition)
         except KubeError as exc:
             log.warning("reporting mirrored endpoints of %s: %s", remote, exc)
+
+
+def _own_status(current: Obj, written: Obj) -> Obj:
+    """The part of `current` the fleet writes: its fields and its condition types."""
+    types = {c.get("type") for c in written.get("conditions") or []}
+    own: Obj = {k: v for k, v in current.items() if k in written and k != "conditions"}
+    own["conditions"] = [c for c in current.get("conditions") or [] if c.get("type") in types]
+    return own
 
 
 async def remove_mirrors_of(client: KubeClient, namespace: str, cluster: str) -> int:

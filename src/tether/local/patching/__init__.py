@@ -23,6 +23,7 @@ from tether.local.patching.managedfields import (
     to_fields_v1,
 )
 from tether.local.patching.mergepatch import apply_merge_patch, merge_patch_shared
+from tether.local.patching.schema import merge_schema_from_openapi
 from tether.local.patching.strategic import (
     MergeSchema,
     apply_strategic_merge_patch,
@@ -45,6 +46,7 @@ __all__ = [
     "from_fields_v1",
     "merge_patch_shared",
     "merge_schema_for",
+    "merge_schema_from_openapi",
     "record_update",
     "server_side_apply",
     "to_fields_v1",

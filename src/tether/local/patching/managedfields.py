@@ -99,19 +99,25 @@ def server_side_apply(
     api_version: str,
     now: str,
     schema: MergeSchema | None,
+    subresource: str = "",
 ) -> dict[str, Any]:
     """Return the object after `manager` applies `applied` to `live` (None: create).
 
+    With `subresource="status"` only the applied `.status` counts, merged into the live one
+    under the schema (conditions keyed by type: another manager's stay), in an entry of its own.
     Raises ApplyConflictError when the apply would change fields another manager owns
     (unless `force`, which takes them over) and PatchError for an unusable configuration.
     """
     if not isinstance(applied, dict):
         raise PatchError("apply configuration must be a JSON or YAML object")
     root = schema or UNTYPED
-    config = _apply_config(applied)  # a fresh structure: _merge takes its values as they are
+    if subresource == "status":
+        config = {"status": _without_nulls(applied.get("status") or {})}
+    else:
+        config = _apply_config(applied)  # a fresh structure: _merge takes its values as they are
     current = live if live is not None else {}  # only read
     entries = _read_entries(current)
-    mine = _Entry(manager, "Apply", api_version, now, "", fieldset_of(config, schema))
+    mine = _Entry(manager, "Apply", api_version, now, subresource, fieldset_of(config, schema))
     previous = next((e for e in entries if e.identity == mine.identity), None)
 
     merged: dict[str, Any] = _merge(copy.deepcopy(current), config, root)

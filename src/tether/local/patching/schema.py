@@ -189,3 +189,48 @@ def merge_schema_for(group: str, kind: str) -> MergeSchema | None:
     if schema is not None:
         return schema
     return _GENERIC if group in _BUILTIN_GROUPS else None
+
+
+# custom resources ------------------------------------------------------------------------------
+
+_FROM_OPENAPI: dict[int, tuple[Mapping[str, Any], MergeSchema]] = {}
+_FROM_OPENAPI_MAX = 512
+
+
+def merge_schema_from_openapi(schema: Mapping[str, Any]) -> MergeSchema:
+    """How a custom resource merges under server-side apply, from its CRD's structural schema
+    (openAPIV3Schema): lists are atomic unless `x-kubernetes-list-type` says `map` (items keyed
+    by `x-kubernetes-list-map-keys`) or `set`, and `x-kubernetes-map-type: atomic` makes a map
+    one value, as the real server reads them. Maps under `additionalProperties` merge untyped.
+    Cached per schema object (a CRD version's schema is replaced, never changed, on update)."""
+    cached = _FROM_OPENAPI.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    result = _from_openapi(schema)
+    if len(_FROM_OPENAPI) >= _FROM_OPENAPI_MAX:
+        _FROM_OPENAPI.clear()
+    _FROM_OPENAPI[id(schema)] = (schema, result)
+    return result
+
+
+def _from_openapi(node: Mapping[str, Any]) -> MergeSchema:
+    if node.get("type") == "array":
+        items = node.get("items")
+        items = items if isinstance(items, Mapping) else {}
+        list_type = node.get("x-kubernetes-list-type")
+        keys = tuple(str(k) for k in node.get("x-kubernetes-list-map-keys") or ())
+        if list_type == "map" and keys:
+            return MergeSchema(fields=_openapi_properties(items), list_type="map", keys=keys)
+        if list_type == "set":
+            return _SET
+        return MergeSchema()  # atomic
+    if node.get("x-kubernetes-map-type") == "atomic":
+        return MergeSchema(atomic_map=True)
+    return MergeSchema(fields=_openapi_properties(node))
+
+
+def _openapi_properties(node: Mapping[str, Any]) -> Mapping[str, MergeSchema]:
+    properties = node.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return _NO_FIELDS
+    return MappingProxyType({str(k): _from_openapi(v) for k, v in properties.items() if isinstance(v, Mapping)})
