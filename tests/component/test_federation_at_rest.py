@@ -386,3 +386,14 @@ async def test_a_burst_of_works_is_applied_and_each_reported_once(hub: KubeClien
         finally:
             for task in tasks:
                 task.cancel()
+
+
+async def test_a_cluster_unjoined_mid_reconcile_is_not_an_error(hub: KubeClient) -> None:
+    await add_cluster(hub, "gone1")
+    cluster = await hub.get(CLUSTER_API_VERSION, "Cluster", "gone1")
+    await hub.delete(CLUSTER_API_VERSION, "Cluster", "gone1")
+    health = build_health_controller(hub)
+    status = {"conditions": [{"type": "Ready", "status": "False", "reason": "ClusterNotReachable",
+                              "message": "gone", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    await health._write(cluster, status, "False")  # raised NotFound, logged as a failure, before
+    assert await hub.get_or_none(CLUSTER_API_VERSION, "Cluster", "gone1") is None

@@ -524,6 +524,8 @@ class ClusterHealthController:
         except Conflict:
             # someone else (a user's taint, a ClusterTaintPolicy) wrote the Cluster meanwhile
             raise RequeueAfter(0.2) from None
+        except NotFound:
+            pass  # unjoined meanwhile: nothing left to report on
 
     async def _write_once(self, cluster: Obj, status: Obj, ready_status: str | None) -> None:
         name = cluster["metadata"]["name"]
