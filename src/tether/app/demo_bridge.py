@@ -42,6 +42,7 @@ from tether.bridge.muxchannel import MuxChannel
 from tether.bridge.session import SessionError
 from tether.kube import KubeClient, KubeError
 from tether.net.httpserver import HttpServer, Request, Response
+from tether.net.tasks import cancel_and_wait
 from tether.objects import Obj
 
 CLUSTER = "cluster"
@@ -257,6 +258,7 @@ async def intercept(member: KubeClient, timeout_s: float) -> InterceptResult:
         channel: MuxChannel | None = None
         release = asyncio.Event()
         held: asyncio.Task[None] | None = None
+        hold_error = ""
         try:
             agent, channel = await agent_channel(member, started.plan)
             held = asyncio.create_task(Holding(member, channel, started, program.port).hold(release.wait()))
@@ -264,8 +266,12 @@ async def intercept(member: KubeClient, timeout_s: float) -> InterceptResult:
             without_header = await ask_until(member, None, "", timeout_s)
         finally:
             release.set()
-            renewing.cancel()
-            await asyncio.wait([t for t in (held, renewing) if t is not None])
+            await cancel_and_wait(renewing)
+            if held is not None:
+                try:
+                    await held  # released: it hands back its parked connections and returns
+                except (BridgeError, KubeError, OSError) as exc:
+                    hold_error = f"holding the parked connections failed: {exc}"
             await intercepts.end(member, NAMESPACE, ROUTE, reason="demo step done")
             intercepts.forget_token(member.server, NAMESPACE, ROUTE)
             if channel is not None:
@@ -277,7 +283,7 @@ async def intercept(member: KubeClient, timeout_s: float) -> InterceptResult:
         served_count = len(served)
     restored = await service_restored(member)
     after = await ask_until(member, ROUTE, "", timeout_s)
-    return InterceptResult(with_header, without_header, after, restored, served_count, address)
+    return InterceptResult(with_header, without_header, after, restored, served_count, address, hold_error)
 
 
 async def run_step(kubeconfig: Path, state_root: Path, timeout_s: float) -> BridgeResult:

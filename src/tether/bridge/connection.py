@@ -27,6 +27,7 @@ from tether.bridge.envresolve import Environment, ServiceAddress
 from tether.bridge.muxchannel import MuxChannel
 from tether.bridge.session import ClusterSpec, ConnectSession, SessionError, SessionOptions
 from tether.kube import KubeClient, load_kubeconfig
+from tether.net.tasks import cancel_and_wait
 
 START_TIMEOUT_S = 120.0
 
@@ -156,10 +157,8 @@ def connect(*, context: str | None = None, kubeconfig: Path | None = None, names
             started.set()
             await runner
         finally:
-            waiter.cancel()
-            runner.cancel()
-            with contextlib.suppress(BaseException):
-                await runner
+            await cancel_and_wait(waiter)
+            await cancel_and_wait(runner)
             if agent is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(agentpods.remove_agent(client, agent))

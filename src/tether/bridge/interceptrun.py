@@ -12,7 +12,6 @@ Lease to expire, and the router ends the session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from tether.bridge import intercepts
 from tether.bridge.channel import ByteStream, ClusterChannel, DialFailed
 from tether.bridge.parking import ParkedPool, local_handler
 from tether.kube import KubeClient, KubeError
+from tether.net.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,4 @@ class Holding:
                 await self.pool.leave()
         finally:
             for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(BaseException):
-                    await task
+                await cancel_and_wait(task)

@@ -37,6 +37,7 @@ import hpack
 
 from tether.bridge import routing
 from tether.net import http1
+from tether.net.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -513,9 +514,7 @@ class Router:
             return "close"
         finally:
             if sender is not None and not sender.done():
-                sender.cancel()
-                with contextlib.suppress(BaseException):
-                    await sender
+                await cancel_and_wait(sender)
 
 
 def _text(value: bytes | str) -> str:

@@ -30,6 +30,7 @@ from tether.net.connections import (
     plain_stream,
     tls_stream,
 )
+from tether.net.tasks import cancel_and_wait
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -449,9 +450,7 @@ class HttpServer:
             await writer.drain()
         finally:
             for task in (pump, gone):
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+                await cancel_and_wait(task)
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(BaseException):

@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 
 from tether.net.metrics import Labels
+from tether.net.tasks import cancel_and_wait
 from tether.tunnel import httpserve
 from tether.tunnel import packets as p
 from tether.tunnel.connect import ConnectError, ConnectPolicy, parse_head
@@ -555,9 +556,7 @@ class TunnelServer:
                     if len(early) > self.config.window_bytes:
                         return
                 else:
-                    read_task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await read_task
+                    await cancel_and_wait(read_task)
         finally:
             if not answer_task.done():
                 answer_task.cancel()
