@@ -9,7 +9,8 @@ the docs run as written"); keep the two in step. In short:
   one fresh `$TETHER_HOME` and `$HOME`, the working directory the repository, the venv on PATH;
 - each command must exit 0; a command ending in `&` runs in the background (output to a log),
   and the next one starts once it has printed a line; it is stopped when its section ends;
-- `logs -f`/`--follow`/`-w`/`--watch` commands run for FOLLOW_S seconds and are then stopped;
+- `logs -f`/`--follow`/`-w`/`--watch` commands run until they printed output (no error line)
+  after FOLLOW_QUIET_S, or for FOLLOW_S seconds, and are then stopped;
 - lines using `--netns`, and blocks after `<!-- readme-test: root (why) -->`, run only as root
   (and then under the netns test lock);
 - PLACEHOLDERS are replaced by values computed while the section runs.
@@ -33,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FOLLOW_S = 5.0
+FOLLOW_QUIET_S = 1.0  # a follow that printed output by then (and no error line) has shown it works
+FOLLOW_ERROR = r"^(error|Error from server|Traceback)"
 COMMAND_TIMEOUT_S = 300.0
 BACKGROUND_START_S = 90.0
 STOP_S = 20.0
@@ -279,11 +282,15 @@ class Shell:
             self._start_background(command, code, token)
             return
         if command.follows:
-            script = (f"{code} &\n__p=$!; __t=0\n"
+            # stopped once it has followed for FOLLOW_QUIET_S and printed what it follows (and no
+            # error), else after FOLLOW_S; a follow that fails exits with its code as before
+            script = (f"__f=$(mktemp)\n{{ {code}\n}} >$__f 2>&1 &\n__p=$!; __t=0\n"
                       f"while kill -0 $__p 2>/dev/null && [ $__t -lt {int(FOLLOW_S * 10)} ]; do "
+                      f"if [ $__t -ge {int(FOLLOW_QUIET_S * 10)} ] && [ -s $__f ] && "
+                      f"! grep -qiE '{FOLLOW_ERROR}' $__f; then break; fi; "
                       "sleep 0.1; __t=$((__t+1)); done\n"
                       "if kill -0 $__p 2>/dev/null; then kill -TERM -- -$__p; wait $__p; __rc=0; "
-                      "else wait $__p; __rc=$?; fi")
+                      "else wait $__p; __rc=$?; fi\ncat $__f; rm -f $__f")
         else:
             script = f"{code}\n__rc=$?"
         self._send(f"{script}\nprintf '\\n__DONE_{token}__ %s\\n' \"$__rc\"")

@@ -4,7 +4,8 @@
 (registered in Pull mode with `tether token create` / `tether register`, so the hub reaches its
 API only through the agent's tunnel) run in separate data dirs. `tether connect -C member1` reads
 member1's Services through the hub (`tether kubeconfig member1`'s path) and maps them; `quit`
-removes the session.
+removes the session. A session started while the member's agent is away (its tunnel not up, as
+right after `tether register`) waits for it instead of ending at the hub's first 503.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,8 +36,15 @@ def tether(*args: str, env: dict[str, str] | None = None) -> str:
     return result.stdout
 
 
+@dataclass(frozen=True)
+class Hub:
+    kubeconfig: Path
+    member_kubeconfig: Path
+    agents_dir: Path
+
+
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     main_dir = tmp_path_factory.mktemp("bridge-hub")
     member_dir = tmp_path_factory.mktemp("bridge-member")
     agents_dir = tmp_path_factory.mktemp("bridge-agents")
@@ -59,7 +68,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]
         words = command.split()
         tether(*words[1:], "--kubeconfig", str(member_dir / "kubeconfig"), "--context", NAME,
                "--data-dir", str(agents_dir), "--period", "0.5")
-        yield kubeconfig, member_dir / "kubeconfig"
+        yield Hub(kubeconfig, member_dir / "kubeconfig", agents_dir)
     finally:
         subprocess.run([sys.executable, "-m", "tether", "agent", "stop", "--cluster-name", NAME, "--data-dir",
                         str(agents_dir)], capture_output=True, timeout=60)
@@ -75,13 +84,18 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]
                            capture_output=True, timeout=120)
 
 
-def test_pull_member_through_the_hub(hub: tuple[Path, Path], tmp_path: Path) -> None:
-    hub_kubeconfig, member_kubeconfig = hub
+def member_kubectl(hub: Hub, *args: str, stdin: str | None = None) -> None:
     from tether.cli.proxy import kubectl_path
 
+    subprocess.run([kubectl_path(), "--kubeconfig", str(hub.member_kubeconfig), "--context", NAME, *args],
+                   input=stdin, text=True, check=True, capture_output=True, timeout=120)
+
+
+def test_pull_member_through_the_hub(hub: Hub, tmp_path: Path) -> None:
+    hub_kubeconfig = hub.kubeconfig
+
     def kubectl(*args: str, stdin: str | None = None) -> None:
-        subprocess.run([kubectl_path(), "--kubeconfig", str(member_kubeconfig), "--context", NAME, *args],
-                       input=stdin, text=True, check=True, capture_output=True, timeout=120)
+        member_kubectl(hub, *args, stdin=stdin)
 
     kubectl("create", "namespace", "shop")
     kubectl("apply", "-f", "-", stdin=echo_app("shop", {"todos-db": 27017, "frontend": 80}))
@@ -108,3 +122,28 @@ def test_pull_member_through_the_hub(hub: tuple[Path, Path], tmp_path: Path) -> 
     finally:
         session.stop()
     assert hosts.read_text() == "127.0.0.1 localhost\n"
+
+
+def test_a_session_waits_for_the_members_tunnel(hub: Hub, tmp_path: Path) -> None:
+    member_kubectl(hub, "create", "namespace", "orders")
+    member_kubectl(hub, "apply", "-f", "-", stdin=echo_app("orders", {"ledger": 5432}))
+    agent = ["--cluster-name", NAME, "--data-dir", str(hub.agents_dir)]
+    assert "stopped" in tether("agent", "stop", *agent)
+    env = {**os.environ, "TETHER_HOME": str(tmp_path / "state")}
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n")
+    session = Collected([sys.executable, "-m", "tether", "connect", "-C", NAME, "--kubeconfig", str(hub.kubeconfig),
+                         "--context", "host", "-n", "orders", "--hosts-file", str(hosts)], env=env, merge_stderr=True)
+    started = False
+    try:
+        # the hub has no tunnel to member1 now: the session says so and waits (it ended here before)
+        session.wait_for_line(lambda line: f"waiting for {NAME} through the hub" in line, timeout=TIMEOUT_S)
+        tether("agent", "start", *agent)
+        started = True
+        session.wait_for_line(lambda line: bool(AVAILABLE.search(line)) and "ledger" in line, timeout=TIMEOUT_S)
+        tether("quit", env=env)
+        assert session.proc.wait(timeout=TIMEOUT_S) == 0
+    finally:
+        session.stop()
+        if not started:
+            tether("agent", "start", *agent)

@@ -162,7 +162,14 @@ def test_cleanup(request_: dict[str, Any] | None, token: dict[str, Any] | None,
 def test_a_fresh_request_waits_for_its_token() -> None:
     """`token create` makes the request before the token: not cleaned up in between."""
     decided = r.plan(_request(created=NOW - 1), None, [], NOW)
-    assert decided.action == "wait" and decided.recheck_s == pytest.approx(29)
+    assert decided.action == "wait" and decided.recheck_s == pytest.approx(r.TOKEN_RECHECK_S)
+    assert r.plan(_request(created=NOW - 31), None, [], NOW).action == "cleanup"  # the grace is over
+
+
+def test_a_fresh_request_whose_token_was_seen_is_cleaned_up_at_once() -> None:
+    """A short-lived token that expired and was removed (a token cleaner) within the grace."""
+    assert r.plan(_request(created=NOW - 5), None, [], NOW, token_seen=True) == r.Plan(
+        "cleanup", "its bootstrap token is gone", delete_request=True)
 
 
 def test_hub_objects_for_an_approved_registration() -> None:

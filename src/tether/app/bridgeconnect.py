@@ -2,7 +2,10 @@
 
 A cluster named with `-C NAME` is reached through the hub's cluster proxy: a kubeconfig for it is
 issued as `tether kubeconfig NAME` issues one (the hub is `--context`), so a Pull member
-behind NAT is reached the same way as any other.
+behind NAT is reached the same way as any other. Such a member is waited for (bounded by
+`MEMBER_WAIT_S`) while the hub answers 503: a member registered a moment ago has an agent that
+reports and opens its tunnel on its own schedule, and until the tunnel is up the hub's proxy has
+no way to it ("no tunnels available"); the first request of a session would otherwise end it.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +23,13 @@ from tether.bridge import agentpods, routes, sessionstate
 from tether.bridge.channel import ClusterChannel, DirectChannel
 from tether.bridge.muxchannel import MuxChannel
 from tether.bridge.session import ClusterSpec, ConnectSession, SessionOptions
-from tether.kube import KubeClient, KubeError, load_kubeconfig
+from tether.kube import KubeClient, KubeError, ServerError, load_kubeconfig
 from tether.net import daemon
 
 log = logging.getLogger(__name__)
+
+MEMBER_WAIT_S = 60.0  # a member through the hub that answers 503 (its tunnel not up yet)
+MEMBER_RETRY_S = 1.0
 
 
 class ConnectError(Exception):
@@ -55,6 +62,33 @@ async def _member_kubeconfig(request: ConnectRequest, name: str) -> Path:
             raise ConnectError(f"-C {name}: {exc}") from None
 
 
+def _hub_unavailable(error: KubeError) -> bool:
+    """The hub's proxy could not reach the member (no tunnel yet, member unreachable): worth
+    waiting for, unlike a refusal or a missing cluster."""
+    return isinstance(error, ServerError) and error.code == 503
+
+
+async def wait_for_member(client: KubeClient, name: str, announce: Callable[[str], None], *,
+                          wait_s: float = MEMBER_WAIT_S, retry_s: float = MEMBER_RETRY_S) -> None:
+    """Return once `name` answers through the hub's proxy; `ConnectError` after `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    announced = False
+    while True:
+        try:
+            await client.request("GET", "/version", timeout_s=max(1.0, min(30.0, deadline - time.monotonic())))
+            return
+        except KubeError as exc:
+            if not _hub_unavailable(exc):
+                raise
+            if time.monotonic() + retry_s >= deadline:
+                raise ConnectError(f"-C {name}: the hub cannot reach the member after {wait_s:.0f} s: "
+                                   f"{exc.message}") from None
+            if not announced:
+                announce(f"waiting for {name} through the hub: {exc.message}")
+                announced = True
+        await asyncio.sleep(retry_s)
+
+
 async def _channel(spec: ClusterSpec, request: ConnectRequest, announce: Callable[[str], None]) -> ClusterChannel:
     """The way into the cluster: its bridge agent through a port-forward (made on demand), or direct."""
     if request.direct:
@@ -75,8 +109,10 @@ async def _channel(spec: ClusterSpec, request: ConnectRequest, announce: Callabl
     return channel
 
 
-async def open_clusters(request: ConnectRequest) -> list[ClusterSpec]:
-    """One `ClusterSpec` per context and per hub member asked for (the current context if none)."""
+async def open_clusters(request: ConnectRequest,
+                        announce: Callable[[str], None] = lambda _line: None) -> list[ClusterSpec]:
+    """One `ClusterSpec` per context and per hub member asked for (the current context if none);
+    hub members once they answer through the hub."""
     wanted: list[tuple[str | None, Path | None, str | None]] = []  # (session name, kubeconfig, context)
     for context in request.contexts:
         wanted.append((context, request.kubeconfig, context))
@@ -92,6 +128,15 @@ async def open_clusters(request: ConnectRequest) -> list[ClusterSpec]:
         specs.append(ClusterSpec(label, KubeClient(credentials), DirectChannel(label), tuple(namespaces),
                                  context=credentials.context, kubeconfig=str(kubeconfig or ""),
                                  agent_session=agentpods.new_session() if not request.direct else ""))
+    try:
+        for spec, (name, _, chosen) in zip(specs, wanted, strict=True):
+            if chosen is None and name in request.members:
+                await wait_for_member(spec.client, spec.name, announce)
+    except BaseException:
+        for spec in specs:
+            with contextlib.suppress(Exception):
+                await spec.client.close()
+        raise
     return specs
 
 
@@ -110,7 +155,7 @@ async def serve(request: ConnectRequest, announce: Callable[[str], None]) -> Non
             if not daemon.alive(record.pid):
                 for line in await remove_recorded_agents(record):
                     announce(f"cleaned up after session {record.pid}, which is gone: {line}")
-    specs = await open_clusters(request)
+    specs = await open_clusters(request, announce)
     try:
         session = ConnectSession(specs, session_options(request), announce)
         session.write_early_state()  # the agents are recorded before they exist: a kill now is cleaned too

@@ -14,7 +14,8 @@ controller, running in `tether hub run` with the hub's identity, does what needs
 - cleanup, by the token's state: a request whose token is gone or expired is deleted with the
   token's Role; a token whose request is gone (collected by `register`, or deleted) is used up
   and deleted. Bootstrap tokens are swept every `sweep_s` as well, so expiries are acted on
-  without events.
+  without events. A request with no token yet is given `NEW_REQUEST_GRACE_S` (its token comes
+  a moment later) unless the token was already seen: then it is gone, and cleaned up at once.
 
 Decisions are the pure `plan`; the controller observes, plans and applies.
 """
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "tether-registry-controller"
 NEW_REQUEST_GRACE_S = 30.0  # `token create` makes the request before the token
+# how soon a fresh request looks for its token again: only the request is watched, so the token
+# (created a moment later) is found by looking, and a short-lived one is then acted on at its
+# expiry rather than after the whole grace
+TOKEN_RECHECK_S = 1.0
 SWEEP_S = 30.0
 LEASE_API = "coordination.k8s.io/v1"
 
@@ -95,14 +100,16 @@ def token_expiry(secret: Mapping[str, Any]) -> float | None:
 
 
 def plan(request: Mapping[str, Any] | None, token: Mapping[str, Any] | None,
-         clusters: Sequence[Mapping[str, Any]], now: float) -> Plan:
-    """What to do about one token's request (pure)."""
+         clusters: Sequence[Mapping[str, Any]], now: float, *, token_seen: bool = False) -> Plan:
+    """What to do about one token's request (pure). `token_seen`: this controller has seen the
+    token, so a missing one is gone (expired and removed by a token cleaner, or deleted), not
+    yet to come."""
     if token is None or (token.get("metadata") or {}).get("deletionTimestamp"):
         if request is None:
             return Plan("cleanup")
         created = seconds_of((request.get("metadata") or {}).get("creationTimestamp"))
-        if created is not None and now - created < NEW_REQUEST_GRACE_S:
-            return Plan("wait", recheck_s=NEW_REQUEST_GRACE_S - (now - created))
+        if not token_seen and created is not None and now - created < NEW_REQUEST_GRACE_S:
+            return Plan("wait", recheck_s=min(TOKEN_RECHECK_S, NEW_REQUEST_GRACE_S - (now - created)))
         return Plan("cleanup", "its bootstrap token is gone", delete_request=True)
     expires = token_expiry(token)
     if expires is not None and now >= expires:
@@ -192,6 +199,7 @@ class RegistrationController:
                                  on_event=self._on_event)
         self.engine: Engine[str] = Engine("registry-controller", self._reconcile)
         self.decisions: dict[str, int] = {}  # approved/denied, for metrics and tests
+        self._seen_tokens: set[str] = set()  # token ids seen since start (forgotten at cleanup)
 
     @property
     def synced(self) -> bool:
@@ -238,9 +246,12 @@ class RegistrationController:
         if request is not None and submission(request) is not None:
             clusters = await self.host.list_objects(CLUSTER_API_VERSION, "Cluster")
         now = self.clock()
-        decided = plan(request, token, clusters, now)
+        if token is not None:
+            self._seen_tokens.add(token_id)
+        decided = plan(request, token, clusters, now, token_seen=token_id in self._seen_tokens)
         if decided.action == "cleanup":
             await self._cleanup(token_id, decided)
+            self._seen_tokens.discard(token_id)
         elif decided.action == "deny":
             assert request is not None
             await self._decide(request, bootstrap.DENIED, "RegistrationDenied", decided.message)
