@@ -84,7 +84,8 @@ def test_agent_certs_from_a_certs_tree_or_a_mounted_secret(tmp_path: Path) -> No
 
 
 KEY = b"k" * 32
-READY = {"conditions": [{"type": "Ready", "status": "Unknown"}]}  # any Ready: the agent reported
+READY = {"kubernetesVersion": "v1.37.0", "lastHeartbeatTime": "2026-12-02T00:00:00Z",
+         "conditions": [{"type": "Ready", "status": "True"}]}  # the agent's report
 
 
 def _cluster(proxy_url: str = "http://127.0.0.1:8088", status: dict[str, object] | None = None,
@@ -112,6 +113,13 @@ def _granted(*dests: str) -> dict[str, frozenset[object]]:
     (_cluster(status={}), _granted("10.0.0.1:6443"), None),
     (_cluster(status={"conditions": [{"type": "ServiceMirrorEndpointsFresh"}]}),
      _granted("10.0.0.1:6443"), None),
+    # the hub's own Ready=Unknown for an agent that never came: still nothing to dial through
+    (_cluster(status={"conditions": [{"type": "Ready", "status": "Unknown", "reason": "ClusterStatusUnknown"}]}),
+     _granted("10.0.0.1:6443"), None),
+    # an agent that reported and went quiet since: its member keeps its watchers
+    (_cluster(status={"kubernetesVersion": "v1.37.0",
+                      "conditions": [{"type": "Ready", "status": "Unknown", "reason": "ClusterStatusUnknown"}]}),
+     _granted("10.0.0.1:6443"), "token"),
 ])
 def test_client_credentials(cluster: dict[str, object], grants: dict[str, frozenset[object]],
                             expected: str | None) -> None:

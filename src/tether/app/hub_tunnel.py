@@ -167,12 +167,10 @@ def client_credentials(cluster: Obj, credentials: ClusterCredentials, *, fronten
     if not frontend_port or not uses_listener(cluster, frontend_port):
         return credentials
     status = cluster.get("status") or {}
-    conditions = status.get("conditions") or []
-    # "has reported" is read from what only the agent's report sets, not from the conditions
-    # alone: another writer's condition can briefly replace the list, and a member that comes
-    # and goes with it would have its mirrors stopped and started again and again
-    if not (status.get("lastHeartbeatTime") or status.get("kubernetesVersion") or any(
-            isinstance(c, Mapping) and c.get("type") == "Ready" for c in conditions)):
+    # "has reported" is read from what only the agent's report sets, not from a Ready condition:
+    # the hub's health controller itself writes Ready=Unknown for a member whose agent never
+    # came, which has no tunnel to dial through
+    if not (status.get("lastHeartbeatTime") or status.get("kubernetesVersion")):
         return None
     name = str((cluster.get("metadata") or {}).get("name", ""))
     dest = api_destination(str((cluster.get("spec") or {}).get("apiEndpoint", "")))
