@@ -10,7 +10,6 @@ one synchronous step, so a watcher that registers and replays in one step sees n
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.local.limits import MAX_OBJECT_BYTES
-from tether.objects import Obj
+from tether.objects import Obj, jsoncodec
 
 WATCH_QUEUE_LIMIT = 10_000
 HISTORY_PAGE = 1_000
@@ -124,8 +123,8 @@ class Watcher:
         self._store.unwatch(self)
 
 
-def _encode(obj: Obj, sort_keys: bool = False) -> str:
-    return json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys)
+def _encode(obj: Obj, sort_keys: bool = False) -> bytes:
+    return jsoncodec.encode(obj, sort_keys=sort_keys)
 
 
 class Store:
@@ -178,7 +177,7 @@ class Store:
         )
         for resource, namespace, name, kind, text in rows:
             if kind != "DELETED":
-                self._objects.setdefault(resource, {})[(namespace, name)] = json.loads(text)
+                self._objects.setdefault(resource, {})[(namespace, name)] = jsoncodec.decode(text)
 
     def close(self) -> None:
         for watcher in list(self._watchers):
@@ -208,9 +207,10 @@ class Store:
                 prev_rv: int) -> tuple[int, str]:
         rv = self.revision + 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        text = _encode(obj, self.sort_keys(resource))
-        if len(text) > self.max_object_bytes and event_type != "DELETED":
-            raise ObjectTooLarge(len(text), self.max_object_bytes)
+        raw = _encode(obj, self.sort_keys(resource))
+        if len(raw) > self.max_object_bytes and event_type != "DELETED":
+            raise ObjectTooLarge(len(raw), self.max_object_bytes)
+        text = raw.decode()
         self._db.execute(
             "INSERT INTO log (rv, resource, namespace, name, type, obj, prev_rv) VALUES (?,?,?,?,?,?,?)",
             (rv, resource, namespace, name, event_type, text, prev_rv),
@@ -264,7 +264,7 @@ class Store:
         prev_rv = int(prev["metadata"]["resourceVersion"])
         if expect_rv is not None and expect_rv != str(prev_rv):
             raise RevisionMismatch(name)
-        final: Obj = json.loads(_encode(prev, self.sort_keys(resource)))
+        final: Obj = jsoncodec.decode(_encode(prev, self.sort_keys(resource)))
         rv, text = self._append("DELETED", resource, namespace, name, final, prev_rv)
         del bucket[(namespace, name)]
         self._notify(Event("DELETED", rv, resource, namespace, name, final, prev, text))
@@ -332,7 +332,7 @@ class Store:
                 return
             prevs = self._objects_at({int(r[6]) for r in rows if r[6]})
             for rv, kind, res, ns, name, text, prev_rv in rows:
-                yield Event(kind, rv, res, ns, name, json.loads(text), prevs.get(int(prev_rv)), text)
+                yield Event(kind, rv, res, ns, name, jsoncodec.decode(text), prevs.get(int(prev_rv)), text)
             after = int(rows[-1][0])
 
     def _objects_at(self, revisions: set[int]) -> dict[int, Obj]:
@@ -344,7 +344,7 @@ class Store:
             part = ids[start : start + 500]
             marks = ",".join("?" * len(part))
             for rv, text in self._db.execute(f"SELECT rv, obj FROM log WHERE rv IN ({marks})", part):
-                found[int(rv)] = json.loads(text)
+                found[int(rv)] = jsoncodec.decode(text)
         return found
 
     # compaction --------------------------------------------------------------------------
