@@ -130,9 +130,12 @@ class ApiServer:
                 raise
             context = CURRENT.set(RequestContext(user, info))
             try:
-                return await self._route(request, user)
+                reply = await self._route(request, user)
             finally:
                 CURRENT.reset(context)
+            if self.ops.store.uncommitted:
+                await self.ops.store.flushed()  # answer only what the log holds (store.py)
+            return reply
         except ApiError as exc:
             return status_response(exc)
         except Exception as exc:  # a bug must answer 500, never take the server down

@@ -5,6 +5,13 @@ row id is one global, monotonic revision. Current state is kept in memory for re
 from the log at start; watches replay the log from any revision that compaction has not removed.
 All methods run on the event loop thread: a write and the notification of its watchers happen in
 one synchronous step, so a watcher that registers and replays in one step sees no gap.
+
+Writes are committed in groups: the first write in a turn of the event loop opens a transaction
+and the next turn commits it, with every write made in between (a transaction per write cost ~40 us
+of CPU and blocked the loop ~150 us on WAL writes; ten in one ~11 us each). Watchers are woken in
+that next turn too, after the commit, and the API server answers a request only once `flushed`
+says its writes are committed: nothing is acknowledged before it is in the log. Without a running
+event loop (tools, tests) every write commits at once, as before.
 """
 
 from __future__ import annotations
@@ -159,6 +166,8 @@ class Store:
         self.sort_keys: Callable[[str], bool] = lambda resource: False
         self.revision = 0
         self.compacted = 0
+        self._open = False  # a transaction holds writes the next turn of the loop commits
+        self._flush_waiters: list[asyncio.Future[None]] = []
         self._load()
 
     def _load(self) -> None:
@@ -180,9 +189,54 @@ class Store:
                 self._objects.setdefault(resource, {})[(namespace, name)] = jsoncodec.decode(text)
 
     def close(self) -> None:
+        self.commit()
         for watcher in list(self._watchers):
             watcher.push(None)
         self._db.close()
+
+    # group commit ------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        if self._open:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop to commit later: the statement commits by itself
+        self._db.execute("BEGIN")
+        self._open = True
+        loop.call_soon(self.commit)
+
+    def commit(self) -> None:
+        """Commit the open group of writes, if any, and release whoever waits for it."""
+        waiters, self._flush_waiters = self._flush_waiters, []
+        error: sqlite3.Error | None = None
+        if self._open:
+            self._open = False
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                error = exc
+        for waiter in waiters:
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(StoreError(f"commit failed: {error}"))
+        if error is not None:
+            raise error
+
+    @property
+    def uncommitted(self) -> bool:
+        return self._open
+
+    async def flushed(self) -> None:
+        """Return once every write made so far is committed (`StoreError` if the commit failed)."""
+        if not self._open:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append(waiter)
+        await waiter
 
     # reads -------------------------------------------------------------------------------
 
@@ -211,6 +265,7 @@ class Store:
         if len(raw) > self.max_object_bytes and event_type != "DELETED":
             raise ObjectTooLarge(len(raw), self.max_object_bytes)
         text = raw.decode()
+        self._begin()
         self._db.execute(
             "INSERT INTO log (rv, resource, namespace, name, type, obj, prev_rv) VALUES (?,?,?,?,?,?,?)",
             (rv, resource, namespace, name, event_type, text, prev_rv),
@@ -358,7 +413,9 @@ class Store:
         revision = min(revision, self.revision)
         if revision <= self.compacted:
             return
-        self._db.execute("BEGIN")
+        own = not self._open  # else the open group of writes carries the compaction too
+        if own:
+            self._db.execute("BEGIN")
         self._db.execute(
             """
             DELETE FROM log WHERE rv <= ? AND rv NOT IN (
@@ -373,7 +430,8 @@ class Store:
             "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
             (revision,),
         )
-        self._db.execute("COMMIT")
+        if own:
+            self._db.execute("COMMIT")
         self.compacted = revision
 
 
