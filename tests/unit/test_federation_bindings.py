@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tether.federation.bindings import binding, binding_name, health, with_times
+from tether.federation.bindings import awaiting_reports, binding, binding_name, health, with_times
 from tether.federation.model import ResourceRef
 from tether.federation.workinfo import WorkInfo, work_info
 
@@ -95,6 +95,18 @@ def test_nothing_scheduled_reports_why() -> None:
     assert "replicas" not in rb["spec"]
     scheduled = rb["status"]["conditions"][0]
     assert (scheduled["status"], scheduled["reason"]) == ("False", "NoClusterFit")
+
+
+@pytest.mark.parametrize(("states", "expected"), [
+    ([None, None], True),  # scheduled, nobody reported yet: the first status may wait
+    ([True, None], True),
+    ([True, True], False),  # everything in: write it
+    ([False, None], False),  # a failure is news: write it now
+    ([], False),  # not scheduled: says why at once
+])
+def test_a_first_status_waits_only_for_reports(states: list[bool | None], expected: bool) -> None:
+    works = [work(f"member{i}", 1, applied=s, ready=1) for i, s in enumerate(states)]
+    assert awaiting_reports(binding(TEMPLATE, POLICY, works, {})["status"]) is expected
 
 
 @pytest.mark.parametrize(("kind", "status", "expected"), [

@@ -152,7 +152,8 @@ def test_record_update_never_writes_into_old_metadata_it_shares() -> None:
 def test_store_hands_out_the_json_of_the_latest_write_only(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db")
     a = store.create("/configmaps", "default", "a", {"metadata": {"name": "a"}, "data": {"k": "é"}})
-    assert store.encoded(a) == json.dumps(a, separators=(",", ":"))
+    # UTF-8 as is, as kube-apiserver (Go) writes it
+    assert store.encoded(a) == json.dumps(a, separators=(",", ":"), ensure_ascii=False)
     b = store.update("/configmaps", "default", "a", {"metadata": {"name": "a"}, "data": {"k": "b"}})
     assert store.encoded(a) is None and store.encoded(dict(b)) is None
     assert store.encoded(b) == json.dumps(b, separators=(",", ":"))
@@ -160,7 +161,7 @@ def test_store_hands_out_the_json_of_the_latest_write_only(tmp_path: Path) -> No
 
 def test_event_line_reuses_the_event_text_only_for_its_own_object() -> None:
     obj = {"metadata": {"name": "a", "resourceVersion": "3"}, "data": {"k": "\u00e9\n"}}
-    text = json.dumps(obj, separators=(",", ":"))
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)  # as the store writes it
     event = Event("MODIFIED", 3, "/configmaps", "default", "a", obj, None, text)
     assert watching._event_line("ADDED", event, obj) == watching._line("ADDED", obj)
     other = {**obj, "apiVersion": "v2"}

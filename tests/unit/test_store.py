@@ -100,3 +100,33 @@ def test_long_history_is_replayed_in_pages_in_order(tmp_path: Path) -> None:
     assert [e.revision for e in history] == sorted(e.revision for e in history)
     assert history[-1].obj["data"]["k"] == "2499" and history[-1].prev is not None
     watcher.close()
+
+
+def _rows(path: Path) -> int:
+    """What another reader of the log sees: committed rows only."""
+    import sqlite3
+
+    with sqlite3.connect(str(path)) as db:
+        return int(db.execute("SELECT COUNT(*) FROM log").fetchone()[0])
+
+
+async def test_writes_of_one_loop_turn_commit_together_before_anyone_is_answered(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.create("/configmaps", "default", "a", cm("a"))
+    store.create("/configmaps", "default", "b", cm("b"))
+    assert store.uncommitted and _rows(tmp_path / "s.db") == 0  # one open group
+    await store.flushed()
+    assert not store.uncommitted and _rows(tmp_path / "s.db") == 2
+    store.update("/configmaps", "default", "a", cm("a", "b"))
+    store.compact(store.revision)  # joins the open group instead of opening its own
+    await asyncio.sleep(0)  # the next turn commits even when no one waits
+    assert not store.uncommitted and _rows(tmp_path / "s.db") == 2
+    store.delete("/configmaps", "default", "b")
+    store.close()  # commits what is open
+    assert Store(tmp_path / "s.db").get("/configmaps", "default", "b") is None
+
+
+def test_without_a_loop_every_write_commits_at_once(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.create("/configmaps", "default", "a", cm("a"))
+    assert not store.uncommitted and _rows(tmp_path / "s.db") == 1

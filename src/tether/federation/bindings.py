@@ -13,13 +13,17 @@ it goes with it), with
   `health`.
 
 The view is written after the template's Works, coalesced (`BINDING_DELAY_S`) and in the
-background: it never delays propagation. Only a template some policy claims gets its binding
+background: it never delays propagation. A new binding's first status waits up to
+`FIRST_STATUS_HOLD_S` for the members' reports while none has failed, so that in the common case
+one status write carries Scheduled and FullyApplied together (until then the binding has no
+status, as a Karmada binding has before its scheduler ran). Only a template some policy claims gets its binding
 written; one whose policy went keeps its last binding until it is deleted, as in Karmada.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +42,7 @@ from .workinfo import WorkInfo, cluster_result
 BINDING_API_VERSION = f"{KARMADA_WORK_GROUP}/v1alpha2"
 FIELD_MANAGER = "tether-bindings"
 BINDING_DELAY_S = 1.0
+FIRST_STATUS_HOLD_S = 5.0
 SCHEDULED, FULLY_APPLIED = "Scheduled", "FullyApplied"
 
 TemplateKey = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
@@ -162,6 +167,16 @@ def binding(template: Obj, policy: Mapping[str, Any], works: list[WorkInfo],
     }
 
 
+def awaiting_reports(status: Mapping[str, Any]) -> bool:
+    """Whether a binding status is scheduled and only waits for members to report: some
+    cluster has no result yet and none has failed."""
+    scheduled = any(mapping(c).get("type") == SCHEDULED and mapping(c).get("status") == "True"
+                    for c in items(status.get("conditions")))
+    results = [mapping(a) for a in items(status.get("aggregatedStatus"))]
+    return (scheduled and any("applied" not in a for a in results)
+            and not any(a.get("applied") is False for a in results))
+
+
 def with_times(conditions: list[Obj], current: Any, now: str) -> list[Obj]:
     """Conditions with `lastTransitionTime`: kept from `current` while the status holds."""
     before = {str(mapping(c).get("type")): mapping(c) for c in items(current)}
@@ -191,6 +206,8 @@ class BindingViews:
     engine: Engine[TemplateKey] = field(init=False)
     informers: dict[str, Informer] = field(init=False)
     _pending: set[TemplateKey] = field(default_factory=set)
+    # new bindings whose first status waits for reports: until when (monotonic)
+    _held: dict[TemplateKey, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.engine = Engine("karmada-bindings", self.reconcile, workers=2)
@@ -220,6 +237,7 @@ class BindingViews:
         current = informer.get(namespace or None, binding_name(kind, name))
         template = self.template_of(key)
         if template is None or nested(template, "metadata", "deletionTimestamp"):
+            self._held.pop(key, None)
             if current is not None:  # the owner reference does it too, where a GC runs
                 try:
                     await self.host.delete(BINDING_API_VERSION, binding_kind(namespace),
@@ -237,6 +255,8 @@ class BindingViews:
             if current is None or not W.is_subset(desired["spec"], current.get("spec")):
                 current = await self.host.apply(desired, field_manager=FIELD_MANAGER,
                                                 force=True)
+            if self._hold_first_status(key, current, status):
+                return
             status["conditions"] = with_times(status["conditions"],
                                               nested(current, "status", "conditions"), self.now())
             if W.strip_volatile(mapping(mapping(current).get("status"))) != W.strip_volatile(
@@ -252,5 +272,19 @@ class BindingViews:
             if exc.code not in (404, 405):
                 raise
 
+    def _hold_first_status(self, key: TemplateKey, current: Obj | None, status: Obj) -> bool:
+        """Put off a binding's first status while it only waits for reports (see the module
+        docstring); the members' reports enqueue the binding again, the hold's end does too."""
+        if nested(current, "status", "conditions") or not awaiting_reports(status):
+            self._held.pop(key, None)
+            return False
+        now = time.monotonic()
+        until = self._held.setdefault(key, now + FIRST_STATUS_HOLD_S)
+        if now >= until:
+            self._held.pop(key, None)
+            return False
+        self.engine.enqueue(key, delay_s=until - now)
+        return True
 
-__all__ = ["BINDING_API_VERSION", "BindingViews", "binding", "binding_name", "health"]
+
+__all__ = ["BINDING_API_VERSION", "BindingViews", "awaiting_reports", "binding", "binding_name", "health"]

@@ -43,7 +43,7 @@ from tether.local.rbac.enforcer import (
 )
 from tether.local.resources import Registry, ResourceType
 from tether.net.httpserver import Reply, Request, Response, StreamResponse
-from tether.objects import Obj, selectors
+from tether.objects import Obj, jsoncodec, selectors
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +130,12 @@ class ApiServer:
                 raise
             context = CURRENT.set(RequestContext(user, info))
             try:
-                return await self._route(request, user)
+                reply = await self._route(request, user)
             finally:
                 CURRENT.reset(context)
+            if self.ops.store.uncommitted:
+                await self.ops.store.flushed()  # answer only what the log holds (store.py)
+            return reply
         except ApiError as exc:
             return status_response(exc)
         except Exception as exc:  # a bug must answer 500, never take the server down
@@ -450,14 +453,12 @@ class ApiServer:
             metadata["remainingItemCount"] = remaining
         # Lists are the largest answers; join pre-encoded items rather than re-walk one big tree.
         if rt.crd:  # an unstructured list: a map, keys sorted (apiVersion, items, kind, metadata)
-            joined = ",".join(json.dumps(o, separators=(",", ":"), sort_keys=True) for o in items)
-            body = (f'{{"apiVersion":{json.dumps(rt.group_version)},"items":[{joined}],'
-                    f'"kind":{json.dumps(rt.list_kind)},"metadata":{encoding.dumps(metadata, sort_keys=True)}}}\n')
-            return Response(200, body.encode())
-        head = json.dumps({"kind": rt.list_kind, "apiVersion": rt.group_version, "metadata": metadata},
-                          separators=(",", ":"))
-        body = head[:-1] + ',"items":[' + ",".join(json.dumps(o, separators=(",", ":")) for o in items) + "]}\n"
-        return Response(200, body.encode())
+            joined = b",".join(jsoncodec.encode(o, sort_keys=True) for o in items)
+            return Response(200, b'{"apiVersion":%s,"items":[%s],"kind":%s,"metadata":%s}\n' % (
+                jsoncodec.encode(rt.group_version), joined, jsoncodec.encode(rt.list_kind),
+                jsoncodec.encode(metadata, sort_keys=True)))
+        head = jsoncodec.encode({"kind": rt.list_kind, "apiVersion": rt.group_version, "metadata": metadata})
+        return Response(200, b"%s,\"items\":[%s]}\n" % (head[:-1], b",".join(jsoncodec.encode(o) for o in items)))
 
     def _encode_continue(self, key: tuple[str, str], revision: str) -> str:
         raw = json.dumps({"rv": revision, "ns": key[0], "name": key[1]}).encode()
@@ -575,7 +576,7 @@ class ApiServer:
         if not isinstance(replicas, int) or replicas < 0:
             raise ApiError(422, "Invalid", f"Scale.autoscaling \"{target.name}\" is invalid: spec.replicas: "
                            f"Invalid value: {replicas}: must be greater than or equal to 0")
-        obj = json.loads(json.dumps(self.ops.get(rt, target.namespace, target.name)))
+        obj = jsoncodec.decode(jsoncodec.encode(self.ops.get(rt, target.namespace, target.name)))
         if expect and expect != obj["metadata"]["resourceVersion"]:
             from tether.local.errors import conflict
 

@@ -10,6 +10,7 @@ byte, so those follow the struct order too.
 Built-in objects are put in order once, when they are written (`order_builtin`): every later
 read, list and watch event then encodes them in that order for free. Custom resources are encoded
 with sorted keys instead (`dumps(..., sort_keys=True)`), which the C encoder does cheaply.
+Bodies go through `tether.objects.jsoncodec` (orjson): UTF-8 as is, as Go writes it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from tether.objects import Obj
+from tether.objects import Obj, jsoncodec
 
 STATUS_FIELDS = ("kind", "apiVersion", "metadata", "status", "message", "reason", "details", "code")
 DETAILS_FIELDS = ("name", "group", "kind", "uid", "causes", "retryAfterSeconds")
@@ -58,12 +59,12 @@ _GO_ESCAPED = re.compile("[<>&\u2028\u2029]")
 
 
 def dumps(obj: Any, *, sort_keys: bool = False) -> str:
-    return json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys)
+    return jsoncodec.dumps(obj, sort_keys=sort_keys)
 
 
 def body(obj: Any, *, sort_keys: bool = False) -> bytes:
     """A response body: compact JSON and the newline kube-apiserver's encoder ends it with."""
-    return (json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys) + "\n").encode()
+    return jsoncodec.encode(obj, sort_keys=sort_keys) + b"\n"
 
 
 def _ordered(mapping: Obj, order: tuple[str, ...]) -> Obj:

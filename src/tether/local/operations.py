@@ -7,7 +7,6 @@ the status subresource rules, finalizers and managedFields hold for every writer
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -37,7 +36,7 @@ from tether.local.errors import (
 )
 from tether.local.resources import Registry, ResourceType
 from tether.local.store import KeyExists, KeyMissing, ObjectTooLarge, RevisionMismatch, Store
-from tether.objects import Obj, times
+from tether.objects import Obj, jsoncodec, times
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +320,7 @@ class Operations:
 
     def _check_size(self, obj: Obj) -> None:
         """What the store would refuse, for a dry run that never reaches it."""
-        size = len(json.dumps(obj, separators=(",", ":")))
+        size = len(jsoncodec.encode(obj))
         if size > self.store.max_object_bytes:
             raise object_too_large(size, self.store.max_object_bytes)
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from tether.local.errors import expired
 from tether.local.store import Compacted, Event, Store, Watcher, WatchOverflow
-from tether.objects import Obj
+from tether.objects import Obj, jsoncodec
 
 BOOKMARK_INTERVAL_S = 15.0
 BATCH_EVENTS = 64  # queued events sent together, at most
@@ -32,7 +31,7 @@ class WatchRequest:
 
 def _line(event_type: str, obj: Obj, sort_keys: bool = False) -> bytes:
     return b'{"type":"%s","object":%s}\n' % (
-        event_type.encode(), json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys).encode())
+        event_type.encode(), jsoncodec.encode(obj, sort_keys=sort_keys))
 
 
 def _event_line(event_type: str, event: Event, rendered: Obj, sort_keys: bool = False) -> bytes:
