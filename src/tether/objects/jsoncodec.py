@@ -1,4 +1,4 @@
-"""JSON through orjson when it is installed, with the standard library for what orjson refuses.
+"""JSON through orjson, with the standard library for what orjson refuses.
 
 One codec for both sides of the Kubernetes API: `tether.kube` (every request body, answer and
 watch frame a client handles) and the embedded API server in `tether.local` (request bodies,
@@ -21,44 +21,44 @@ from __future__ import annotations
 import json
 from typing import Any
 
-try:
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; the fallback keeps working
-    orjson = None  # type: ignore[assignment]
+import orjson
 
-AVAILABLE = orjson is not None
-"""Whether orjson answers (callers with a stricter decoder of their own check this first)."""
+# What orjson would write but the standard library refuses (datetimes, dataclasses) goes to the
+# standard library too, so it is a `TypeError` here as well: an object is never written in a
+# form the other codec would not produce (a naive datetime as a timestamp without a zone).
+_PASSTHROUGH = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def decode(data: bytes | str) -> Any:
     """The value of a JSON document (`ValueError` when it is not one)."""
-    if orjson is not None:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass  # what only the standard library takes (NaN, huge integers), or not JSON at all
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass  # what only the standard library takes (NaN, huge integers), or not JSON at all
     return json.loads(data)
 
 
 def try_decode(data: bytes) -> tuple[bool, Any]:
-    """(True, value) when orjson reads `data`; (False, None) when it does not or is missing,
-    for callers whose standard-library path says more (duplicate keys, precise errors)."""
-    if orjson is not None:
-        try:
-            return True, orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return False, None
+    """(True, value) when orjson reads `data`; (False, None) when it does not, for callers whose
+    standard-library path says more (duplicate keys, precise errors)."""
+    try:
+        return True, orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False, None
 
 
 def encode(value: Any, *, sort_keys: bool = False) -> bytes:
     """Compact UTF-8 JSON of `value` (`TypeError` for what JSON cannot carry); `sort_keys` orders
     every object's keys by code point, as Go orders a map's keys."""
-    if orjson is not None:
-        try:
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
-        except orjson.JSONEncodeError:
-            pass  # non-string keys, integers beyond 64 bits, NaN: the standard library's way
+    try:
+        return orjson.dumps(value, default=_refuse,
+                            option=_PASSTHROUGH | orjson.OPT_SORT_KEYS if sort_keys else _PASSTHROUGH)
+    except orjson.JSONEncodeError:
+        pass  # non-string keys, integers beyond 64 bits, NaN: the standard library's way
     return json.dumps(value, separators=(",", ":"), sort_keys=sort_keys).encode()
 
 
@@ -67,4 +67,4 @@ def dumps(value: Any, *, sort_keys: bool = False) -> str:
     return encode(value, sort_keys=sort_keys).decode()
 
 
-__all__ = ["AVAILABLE", "decode", "dumps", "encode", "try_decode"]
+__all__ = ["decode", "dumps", "encode", "try_decode"]
