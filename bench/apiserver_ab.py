@@ -22,7 +22,9 @@ executor's workers) live as long as the process.
 
 Reported per phase and tree: each round's server CPU us per request, their median and
 inter-quartile range; then the median and IQR of the per-round ratio new/old (each round's two
-figures were taken back to back, so the ratio cancels most of the load's drift).
+figures were taken back to back, so the ratio cancels most of the load's drift). Two server
+processes of the same tree differ by up to ~3 % (an A/A run on 2026-12-02), so run a second
+time with the trees in the other order before reading a difference that small.
 """
 
 from __future__ import annotations
