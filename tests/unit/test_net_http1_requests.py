@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tether.net import http1
 from tether.net.http1 import (
@@ -169,3 +171,42 @@ def test_a_huge_chunk_size_is_read_in_bounded_pieces_and_refused_at_the_limit() 
         for _ in range(3):
             buffer += b"x" * decoder.wants()
             decoder.feed(buffer)
+
+
+# The one-regex fast path must accept exactly what the step-by-step parse accepts, with the
+# same result: heads built from the bytes where the two could disagree.
+_PIECES = [b"GET", b"PATCH", b"G(T", b" ", b"  ", b"/", b"/a?b=c", b"\x7f", b"\x80", b"HTTP/1.1",
+           b"HTTP/1.0", b"HTTP/2.0", b"http/1.1", b"\r\n", b"\r", b"\n", b"\x00", b":", b"Host",
+           b"X-A", b"h", b"\t", b"a b", b"\xff", b"", b"Host: h", b"Content-Length: 2"]
+
+
+def _strict_or_error(raw: bytes) -> object:
+    try:
+        return http1._parse_request_head_strictly(raw)
+    except ProtocolError:
+        return ProtocolError
+
+
+def _fast_or_error(raw: bytes) -> object:
+    try:
+        return parse_request_head(raw)
+    except ProtocolError:
+        return ProtocolError
+
+
+@pytest.mark.parametrize("raw", [
+    b"GET / HTTP/1.1", b"GET / HTTP/1.1\r\n", b"GET / HTTP/1.1\r\n\r\n", b"GET / HTTP/1.1\r\nA:",
+    b"GET / HTTP/1.1\r\nA: b \t\r\nB:\tc", b"GET / HTTP/1.1\r\nA: \xe9\x80", b"GET / HTTP/1.1\n",
+    b"GET / HTTP/1.1\r\nA: b\r\n", b"GET / HTTP/1.1\r\nA: b\r\n\r\nB: c", b"GET / HTTP/1.1\rA: b",
+    b"GET /\r\n HTTP/1.1", b" GET / HTTP/1.1", b"GET / HTTP/1.1\r\n:b", b"GET / HTTP/1.1\r\nA\r\n: b",
+])
+def test_the_fast_path_agrees_with_the_strict_parse(raw: bytes) -> None:
+    assert _fast_or_error(raw) == _strict_or_error(raw)
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=12))
+@settings(max_examples=400, deadline=None)
+def test_the_fast_path_agrees_with_the_strict_parse_on_generated_heads(pieces: list[bytes]) -> None:
+    raw = b"".join(pieces)
+    assert _fast_or_error(raw) == _strict_or_error(raw)
+    assert _fast_or_error(b"GET / HTTP/1.1\r\n" + raw) == _strict_or_error(b"GET / HTTP/1.1\r\n" + raw)

@@ -315,7 +315,9 @@ class HttpServer:
                 await self._simple(writer, 400, str(exc).encode())
                 return
             try:
-                body = await self._read_body(reader, head, due, task)
+                decoder = http1.request_body(head, limit=MAX_BODY_BYTES)
+                # most requests have no body: no coroutine for them
+                body = b"" if decoder is None else await self._read_body(reader, decoder, due, task)
             except http1.BodyTooLarge:
                 await self._send(writer, await self._handler_error(413), keep_alive=False)
                 await _linger(reader)
@@ -376,12 +378,9 @@ class HttpServer:
         return Response(status, request_too_large)
 
     @staticmethod
-    async def _read_body(reader: asyncio.StreamReader, head: http1.RequestHead,
+    async def _read_body(reader: asyncio.StreamReader, decoder: http1.BodyDecoder,
                          due: dict[asyncio.Task[None], float], task: asyncio.Task[None]) -> bytes:
         """The request's body, read exactly to its end (the next request may follow)."""
-        decoder = http1.request_body(head, limit=MAX_BODY_BYTES)
-        if decoder is None:
-            return b""
         due[task] = time.monotonic() + IDLE_TIMEOUT_S  # a client that stalls mid-body
         try:
             if decoder.framing == http1.FIXED:  # the common case, one read
