@@ -210,3 +210,13 @@ def test_the_fast_path_agrees_with_the_strict_parse_on_generated_heads(pieces: l
     raw = b"".join(pieces)
     assert _fast_or_error(raw) == _strict_or_error(raw)
     assert _fast_or_error(b"GET / HTTP/1.1\r\n" + raw) == _strict_or_error(b"GET / HTTP/1.1\r\n" + raw)
+
+
+def test_a_header_name_checked_once_is_still_refused_without_its_colon() -> None:
+    # names are checked against the token grammar once per distinct name, then remembered
+    assert parse_request_head(b"GET / HTTP/1.1\r\nX-Seen: 1").headers["x-seen"] == "1"
+    with pytest.raises(ProtocolError):
+        parse_request_head(b"GET / HTTP/1.1\r\nX-Seen")
+    with pytest.raises(ProtocolError):
+        parse_request_head(b"GET / HTTP/1.1\r\nX-Seen: a\rb")
+    assert parse_request_head(b"GET / HTTP/1.1\r\nX-Seen: a\r\nx-seen: b").headers["x-seen"] == "a, b"
