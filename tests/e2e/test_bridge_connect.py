@@ -1,7 +1,8 @@
 """`tether connect`, `tether bridge status` and `tether quit` against a local cluster (rootless mode).
 
-The namespace holds the seed's five Services (`stats-queue` 5672, `frontend` 80, `stats-api` 80,
-`todos-db` 27017, `stats-cache` 6379) in front of echo pods, a second namespace one more.
+The namespace holds the todo sample app's five Services (`stats-queue` 5672, `frontend` 80,
+`stats-api` 80, `todos-db` 27017, `stats-cache` 6379) in front of echo pods, a second namespace
+one more.
 `tether connect` runs as a process with its own state root, a temporary hosts file and its DNS
 server on a free port:
 - each Service answers on its 127.1.1.x address with its own port, by address and by the names
@@ -40,7 +41,7 @@ from e2e_util import Collected, manifest, poll, unique
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 90.0
-SEED = {"stats-queue": 5672, "frontend": 80, "stats-api": 80, "todos-db": 27017, "stats-cache": 6379}
+TODO_APP_SERVICES = {"stats-queue": 5672, "frontend": 80, "stats-api": 80, "todos-db": 27017, "stats-cache": 6379}
 AVAILABLE = re.compile(r"Service '([^']+)' is available on (127\.1\.\d+\.\d+):(\d+)")
 DNS_LINE = re.compile(r"DNS for these names on (\S+) port (\d+)")
 HOSTS_BEFORE = b"127.0.0.1\tlocalhost\r\n# the user's own line, kept as it is\n::1 ip6-localhost"
@@ -121,10 +122,10 @@ def hosts(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def seeded(clusters: Any, ns: str) -> Iterator[tuple[str, str]]:
+def app_namespaces(clusters: Any, ns: str) -> Iterator[tuple[str, str]]:
     other = unique("other")
     clusters.kubectl("create", "namespace", other)
-    clusters.kubectl("apply", "-f", "-", input=echo_app(ns, SEED))
+    clusters.kubectl("apply", "-f", "-", input=echo_app(ns, TODO_APP_SERVICES))
     clusters.kubectl("apply", "-f", "-", input=echo_app(other, {"inventory": 8000}))
     for namespace in (ns, other):
         clusters.kubectl("rollout", "status", "-n", namespace, "deploy/echo", "--timeout=90s")
@@ -153,19 +154,19 @@ def start(clusters: Any, env: dict[str, str], hosts: Path, *namespaces: str) -> 
     return Session(env, *args)
 
 
-def test_connect_maps_services_by_address_and_name(clusters: Any, seeded: tuple[str, str],
+def test_connect_maps_services_by_address_and_name(clusters: Any, app_namespaces: tuple[str, str],
                                                    home: dict[str, str], hosts: Path) -> None:
-    ns, other = seeded
+    ns, other = app_namespaces
     session = start(clusters, home, hosts, ns, other)
     try:
         session.wait_mapped(6)
         mapped = session.mapped()
         # B2K's layout: 127.1.1.1 upwards, the Service's own port
-        assert {name: port for name, (_, port) in mapped.items()} == {**SEED, f"inventory.{other}": 8000}
+        assert {name: port for name, (_, port) in mapped.items()} == {**TODO_APP_SERVICES, f"inventory.{other}": 8000}
         assert sorted(a for a, _ in mapped.values()) == [f"127.1.1.{i}" for i in range(1, 7)]
         names = hosts_names(hosts)
         dns_host, dns_port = session.dns()
-        for name, port in SEED.items():
+        for name, port in TODO_APP_SERVICES.items():
             address, _ = mapped[name]
             poll(lambda a=address, p=port: answers(a, p), timeout=TIMEOUT_S, what=f"{name} on {address}:{port}")
             for alias in (name, f"{name}.{ns}", f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"):
@@ -219,9 +220,9 @@ def test_connect_maps_services_by_address_and_name(clusters: Any, seeded: tuple[
         assert probe.connect_ex(mapped["frontend"]) != 0  # nothing listens any more
 
 
-def test_killed_session_is_cleaned_by_the_next(clusters: Any, seeded: tuple[str, str],
+def test_killed_session_is_cleaned_by_the_next(clusters: Any, app_namespaces: tuple[str, str],
                                                home: dict[str, str], hosts: Path) -> None:
-    ns, _ = seeded
+    ns, _ = app_namespaces
     first = start(clusters, home, hosts, ns)
     first.wait_mapped(5)
     poll(lambda: len(hosts_names(hosts)) >= 20, timeout=TIMEOUT_S, what="the first session's hosts block")
@@ -250,8 +251,8 @@ def test_killed_session_is_cleaned_by_the_next(clusters: Any, seeded: tuple[str,
 pytest_plugins = ["tether.bridge.pytest_plugin"]
 
 
-def test_python_api_and_fixture(clusters: Any, seeded: tuple[str, str], tether_connect: Any) -> None:
-    ns, other = seeded
+def test_python_api_and_fixture(clusters: Any, app_namespaces: tuple[str, str], tether_connect: Any) -> None:
+    ns, other = app_namespaces
     session = tether_connect(kubeconfig=clusters.kubeconfig, context=clusters.names[0], namespaces=[ns, other])
     assert session.address("todos-db") == ("127.1.1.5", 27017)  # (namespace, name) order: todos-db is 5th
     poll(lambda: answers(*session.address("frontend")), timeout=TIMEOUT_S, what="frontend through the API")
@@ -259,11 +260,12 @@ def test_python_api_and_fixture(clusters: Any, seeded: tuple[str, str], tether_c
     env = session.environment("deploy/echo").as_dict()
     assert env["TODOS_DB_SERVICE_HOST"] == "todos-db" and env["TODOS_DB_SERVICE_PORT"] == "27017"
     names = {m.name for m in session.mappings}
-    assert names == {*SEED, "inventory"}
+    assert names == {*TODO_APP_SERVICES, "inventory"}
 
 
-def test_agent_pod_deleted_mid_session_recovers(clusters: Any, seeded: tuple[str, str], tether_connect: Any) -> None:
-    ns, _ = seeded
+def test_agent_pod_deleted_mid_session_recovers(clusters: Any, app_namespaces: tuple[str, str],
+                                                tether_connect: Any) -> None:
+    ns, _ = app_namespaces
     session = tether_connect(kubeconfig=clusters.kubeconfig, context=clusters.names[0], namespaces=[ns])
     poll(lambda: answers(*session.address("frontend")), timeout=TIMEOUT_S, what="frontend before")
     before = clusters.kubectl_json("get", "pods", "-n", "tether-bridge", "-l",

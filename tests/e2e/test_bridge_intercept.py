@@ -1,5 +1,6 @@
-"""`tether intercept` on a local cluster with the seed's names: `stats-api` (two nginx pods, port
-80) in `todo-app`, the developer's program on 127.0.0.1:3001 (here: an HTTP server in the test).
+"""`tether intercept` on a local cluster with the todo sample app's names: `stats-api` (two nginx
+pods, port 80) in `todo-app`, the developer's program on 127.0.0.1:3001 (here: an HTTP server in
+the test).
 
 - `--route-as naison-e4be`: a request with `kubernetes-route-as: naison-e4be` (from a pod, and
   to the Service's ClusterIP) reaches the local program, one without it the original pods; the

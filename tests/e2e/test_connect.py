@@ -11,7 +11,8 @@ proxy) reaches them from the host.
 
 The policy sets: pods in `gcp` labelled `policy.semaphore.uw.io/name=forwarder` become the
 GlobalNetworkSet `gcp-sys-log-forwarder` in `aws` (written through projectcalico.org/v3, read
-through crd.projectcalico.org/v1), and the seed's Calico NetworkPolicy is accepted as written.
+through crd.projectcalico.org/v1), and Kube-Semaphore's Calico NetworkPolicy `allow-to-fluentd` is
+accepted as written.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         root.tether("local", "down", "--data-dir", str(data_dir))
 
 
-def test_the_seed_flow(world: World) -> None:
+def test_service_mirror_end_to_end(world: World) -> None:
     assert (world.work / EXAMPLE.name).read_bytes() == EXAMPLE.read_bytes()  # unchanged
     world.apply("aws", service("extra"))
     mirror, port = world.start_mirror()
@@ -375,7 +376,7 @@ def test_sigterm_stops_the_mirror(world: World) -> None:
 
 # policy sets ---------------------------------------------------------------------------------
 
-SEED_POLICY = (EXAMPLES / "allow-to-fluentd.yaml").read_text()  # the seed's policy, as written
+ALLOW_TO_FLUENTD = (EXAMPLES / "allow-to-fluentd.yaml").read_text()  # Kube-Semaphore's Calico policy, as written
 SET = "gcp-sys-log-forwarder"
 SET_LABELS = {"managed-by": "semaphore-policy", "policy.semaphore.uw.io/cluster": "gcp",
               "policy.semaphore.uw.io/name": "forwarder", "policy.semaphore.uw.io/namespace": "sys-log"}
@@ -438,7 +439,7 @@ def test_policy_sets(world: World) -> None:
         print("\n".join(process.snapshot()[-40:]))
 
 
-def test_sets_written_through_v1_read_through_v3_and_the_seeds_policy(world: World) -> None:
+def test_sets_written_through_v1_read_through_v3_and_the_allow_to_fluentd_policy(world: World) -> None:
     body = {"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
             "metadata": {"name": "written-through-v1", "labels": SET_LABELS},
             "spec": {"nets": ["10.4.5.2/32", "fd00::1/128"]}}
@@ -446,13 +447,13 @@ def test_sets_written_through_v1_read_through_v3_and_the_seeds_policy(world: Wor
     v3 = json.loads(world.aws("get", "globalnetworksets.projectcalico.org", "written-through-v1", "-o", "json").stdout)
     assert v3["apiVersion"] == "projectcalico.org/v3"
     assert v3["metadata"]["labels"] == SET_LABELS and v3["spec"]["nets"] == ["10.4.5.2/32", "fd00::1/128"]
-    applied = world.clusters.kubectl("apply", "-n", "sys-log", "-f", "-", context="aws", input=SEED_POLICY)
+    applied = world.clusters.kubectl("apply", "-n", "sys-log", "-f", "-", context="aws", input=ALLOW_TO_FLUENTD)
     assert "networkpolicy.crd.projectcalico.org/allow-to-fluentd created" in applied.stdout
     stored = json.loads(world.aws("get", "networkpolicies.projectcalico.org", "allow-to-fluentd", "-n", "sys-log",
                                   "-o", "json").stdout)
     assert stored["spec"]["ingress"][0]["source"]["namespaceSelector"] == "global()"
     assert stored["spec"]["ingress"][0]["destination"]["ports"] == [8889]
-    bad = SEED_POLICY.replace("action: Allow", "action: Accept")
+    bad = ALLOW_TO_FLUENTD.replace("action: Allow", "action: Accept")
     refused = world.clusters.kubectl("apply", "-n", "sys-log", "-f", "-", context="aws", input=bad, check=False)
     assert refused.returncode != 0 and "spec.ingress[0].action" in refused.stderr
 

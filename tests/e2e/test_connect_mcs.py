@@ -368,7 +368,7 @@ def test_semaphore_rewrite_stanza_works_unchanged(world: World, mirror_ip: str) 
 
     got = poll(lambda: (lambda lines: lines if lines and "cluster.aws" in lines[0] else None)(asked()), timeout=30,
                what="the rewrite stanza answering")
-    assert got == [f"fluentd.sys-log.svc.cluster.aws. 5 IN A {mirror_ip}"]  # the seed's drill output: TTL 5
+    assert got == [f"fluentd.sys-log.svc.cluster.aws. 5 IN A {mirror_ip}"]  # Semaphore's users see TTL 5 in `drill`
 
 
 def test_unsupported_plugin_gives_an_event(world: World) -> None:

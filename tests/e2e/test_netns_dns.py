@@ -1,7 +1,8 @@
 """Netns mode: a node of cluster `gcp` resolves Semaphore's `fluentd.sys-log.svc.cluster.aws` through
 its own cluster DNS (the nameserver of its resolv.conf, the `kube-dns` ClusterIP) once the
 `kube-system/coredns` Corefile holds Semaphore's documented stanza: the answer is the mirror
-Service's ClusterIP with TTL 5, as the seed's `drill` showed, and its owner name is the name asked.
+Service's ClusterIP with TTL 5, as Semaphore's users see it in `drill`, and its owner name is the
+name asked.
 
 Run under `flock /tmp/tether-netns.lock` (fixed device names). Traffic stays inside the
 namespaces this test creates.

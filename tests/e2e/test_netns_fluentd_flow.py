@@ -1,4 +1,4 @@
-"""The seed's fluentd flow end to end in `--netns` mode, with the real kubectl.
+"""Kube-Semaphore's fluentd example end to end in `--netns` mode, with the real kubectl.
 
 Clusters `aws` and `gcp` (`tether local up --netns --nodes 1`). In `aws`, the repository's
 `examples/connect/fluentd.yaml` (Service `sys-log/fluentd`, ports 8888 and 8889, labelled for the
@@ -11,7 +11,8 @@ mirror); in `gcp`, `examples/connect/forwarder.yaml` (the `forwarder` DaemonSet 
   resolve `fluentd.sys-log.svc.cluster.aws` to the mirror's ClusterIP;
 - `tether policy-sets` keeps the GlobalNetworkSet `gcp-sys-log-forwarder` in `aws`;
 - `tether mesh local --clusters aws,gcp` meshes the nodes with WireGuard;
-- `examples/connect/allow-to-fluentd.yaml`, the seed's Calico policy as written, is applied in `aws`.
+- `examples/connect/allow-to-fluentd.yaml`, Kube-Semaphore's Calico policy as written, is applied
+  in `aws`.
 
 Proves: before the policy both pods reach fluentd by name (so a later refusal is the policy's
 doing, not the network's); with it, the forwarder's request to port 8889 is answered, the
@@ -126,7 +127,7 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flow]:
                 print("\n".join(process.snapshot()[-30:]))
 
 
-def test_the_seeds_fluentd_flow(flow: Flow) -> None:
+def test_forwarder_reaches_fluentd_by_name_and_only_it_passes_the_policy(flow: Flow) -> None:
     # the workloads, from the repository's manifests
     flow.kubectl("aws", "apply", "-f", str(EXAMPLES / "fluentd.yaml"))
     flow.kubectl("gcp", "apply", "-f", str(EXAMPLES / "forwarder.yaml"))
@@ -178,7 +179,7 @@ def test_the_seeds_fluentd_flow(flow: Flow) -> None:
         assert body.startswith("fluentd-") and body.endswith(":8889")  # answered by one of aws's pods
     assert flow.send(forwarder, 8888).startswith("answered")
 
-    # the seed's policy, as written
+    # Kube-Semaphore's Calico policy, as written
     applied = flow.kubectl("aws", "apply", "-n", "sys-log", "-f", str(EXAMPLES / "allow-to-fluentd.yaml"))
     assert "networkpolicy.crd.projectcalico.org/allow-to-fluentd created" in applied
     e2e_util.poll(lambda: flow.send(outsider, 8889).startswith("refused"), timeout=WAIT_S, interval=1.0,

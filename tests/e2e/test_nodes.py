@@ -16,9 +16,9 @@ pytestmark = pytest.mark.e2e
 _root = root_conftest()
 Clusters = Any
 
-# The Calico seed's rack layout (pods on rack=0 nodes from one /24, rack=1 from the next), in the
+# Calico's per-rack pools example (pods on rack=0 nodes from one /24, rack=1 from the next), in the
 # part of the cluster's pod range no node's podCIDR uses: a rootless cluster keeps only loopback
-# addresses on this machine, so it refuses the seed's own 192.168.0.0/24 and 192.168.1.0/24.
+# addresses on this machine, so it refuses the example's own 192.168.0.0/24 and 192.168.1.0/24.
 RACK_POOLS = """
 apiVersion: projectcalico.org/v3
 kind: IPPool
@@ -144,7 +144,8 @@ def test_rack_pools_and_node_selectors(c1: Clusters, ns: str) -> None:
 
 
 def test_rootless_cluster_refuses_a_pool_it_cannot_keep_local(c1: Clusters) -> None:
-    # The seed's own pool: its addresses would have no route on this machine but the default one.
+    # The per-rack example's own pool: its addresses would have no route on this machine but the
+    # default one.
     refused = c1.kubectl("apply", "-f", "-", check=False, input=manifest({
         "apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "seed-rack-0"},
         "spec": {"cidr": "192.168.0.0/24", "nodeSelector": 'rack == "0"'}}))

@@ -32,9 +32,10 @@ WAIT_S = 90.0  # generous: on a loaded 2-core machine a member can take this lon
 WORK = "work.tether.io/v1alpha1"
 MANAGED = "app.kubernetes.io/managed-by=tether"
 
-# The seed (002_…), verbatim: the FederatedNamespace (without the shell's `> ` heredoc prompts)
-# and the FederatedDeployment exactly as printed there.
-SEED_FEDERATED_NAMESPACE = """\
+# A KubeFed walk-through's manifests, verbatim as a user copies them: the FederatedNamespace
+# (without the shell's `> ` heredoc prompts) and the FederatedDeployment with a per-cluster
+# override exactly as the walk-through prints it.
+FEDERATED_NAMESPACE = """\
 apiVersion: types.kubefed.io/v1beta1
 kind: FederatedNamespace
 metadata:
@@ -46,7 +47,7 @@ spec:
     - name: cluster
     - name: cluster1
 """
-SEED_FEDERATED_DEPLOYMENT = """\
+FEDERATED_DEPLOYMENT_AS_PRINTED = """\
 apiVersion: types.kubefed.io/v1beta1
 kind: FederatedDeployment
 metadata:
@@ -88,9 +89,9 @@ spec:
     - path: "/metadata/annotations/foo"
       op: "remove"
 """
-# The seed's text lost one indentation level (`name: nginx` belongs to the container); the only
+# The printed text lost one indentation level (`name: nginx` belongs to the container); the only
 # change a user has to make after kubectl rejects it.
-SEED_FEDERATED_DEPLOYMENT_FIXED = SEED_FEDERATED_DEPLOYMENT.replace(
+FEDERATED_DEPLOYMENT_FIXED = FEDERATED_DEPLOYMENT_AS_PRINTED.replace(
     "            - image: nginx:1.17\n            name: nginx",
     "            - image: nginx:1.17\n              name: nginx")
 
@@ -273,15 +274,15 @@ async def test_hub_serves_health_and_becomes_ready(fleet: Fleet) -> None:
         await until(clusters_ready, "both clusters ready in /metrics")
 
 
-async def test_seed_002_kubefed_flow(fleet: Fleet) -> None:
+async def test_kubefed_federated_deployment_with_override_propagates(fleet: Fleet) -> None:
     fleet.kubectl("host", "create", "ns", "test-namespace")
-    fleet.kubectl("host", "create", "-f", "-", input=SEED_FEDERATED_NAMESPACE)
-    verbatim = fleet.kubectl("host", "create", "-f", "-", input=SEED_FEDERATED_DEPLOYMENT,
+    fleet.kubectl("host", "create", "-f", "-", input=FEDERATED_NAMESPACE)
+    verbatim = fleet.kubectl("host", "create", "-f", "-", input=FEDERATED_DEPLOYMENT_AS_PRINTED,
                              check=False)
     assert verbatim.returncode != 0 and "yaml" in verbatim.stderr.lower(), verbatim.stderr
-    assert yaml.safe_load(SEED_FEDERATED_DEPLOYMENT_FIXED)["spec"]["template"]["spec"][
+    assert yaml.safe_load(FEDERATED_DEPLOYMENT_FIXED)["spec"]["template"]["spec"][
         "template"]["spec"]["containers"] == [{"image": "nginx:1.17", "name": "nginx"}]
-    fleet.kubectl("host", "create", "-f", "-", input=SEED_FEDERATED_DEPLOYMENT_FIXED)
+    fleet.kubectl("host", "create", "-f", "-", input=FEDERATED_DEPLOYMENT_FIXED)
 
     async def rolled_out(context: str, replicas: int, image: str) -> dict[str, Any] | None:
         obj = await get(fleet, context, "apps/v1", "Deployment", "test-deployment",

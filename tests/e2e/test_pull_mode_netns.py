@@ -1,4 +1,4 @@
-"""The seed's pull scenario in `--netns` mode: a member whose API only its own network reaches.
+"""The pull-mode scenario in `--netns` mode: a member whose API only its own network reaches.
 
 `hub` and `member` start with `--netns --isolate-api member`: the member's API server listens in
 its router namespace only. The member's only path out is the underlay (`tether.local.underlay`):
@@ -14,7 +14,7 @@ member's API address with the hub tunnel's CONNECT address as `proxy-url` (what 
 `proxyURL` is), lists, streams logs (`-f`) and execs through the tunnel, and a FederatedDeployment
 reaches the member through the agent.
 
-The seed 000 scenario as a new user runs it: the hub also serves the cluster proxy
+The pull-mode scenario as a new user runs it: the hub also serves the cluster proxy
 (`tether hub run --proxy-port 0`), and shell lines on the hub side, `kubectl --kubeconfig
 $(tether kubeconfig member ...) get|logs -f|exec`, `tether logs -C`, `tether exec -C`, reach the
 member through the proxy, the Cluster's `proxyURL` and the agent's tunnel.
@@ -391,7 +391,7 @@ def test_federated_deployment_reaches_the_isolated_member(scenario: Scenario) ->
     assert "federateddeployment-seed-ns-seed-deployment=True" in applied.stdout, applied.stdout
 
 
-# The seed 000 scenario as a new user runs it from the hub side: `tether hub run --proxy-port`
+# The pull-mode scenario as a new user runs it from the hub side: `tether hub run --proxy-port`
 # serves the cluster proxy, `tether kubeconfig member` points kubectl at it, and everything below
 # reaches the member only through the proxy and the agent's tunnel (the member's API has no
 # route from here: test_no_direct_route_from_the_hub_side).

@@ -191,7 +191,7 @@ def test_semaphore_names(name: str, expected: list[Any]) -> None:
     got = ask(name, table=SEMAPHORE)
     assert got.rcode == w.RCODE_NOERROR
     assert sorted(rdatas(got), key=str) == sorted(expected, key=str)
-    assert all(r.ttl == 5 for r in got.answers)  # the seed's drill output shows TTL 5
+    assert all(r.ttl == 5 for r in got.answers)  # what Semaphore's users see: `drill` shows TTL 5
 
 
 def test_semaphore_srv_and_unknown_names() -> None:

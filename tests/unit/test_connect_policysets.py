@@ -39,7 +39,7 @@ def test_membership(obj: dict[str, Any], expected: Any) -> None:
     assert P.membership(obj) == expected
 
 
-def test_the_seeds_set() -> None:
+def test_forwarder_set_name_labels_and_sorted_nets() -> None:
     nets = {"10.4.5.2/32", "10.4.4.2/32", "10.4.1.3/32", "10.4.0.13/32", "10.4.3.3/32", "10.4.2.4/32"}
     body = P.desired_set("gcp", P.SetKey("sys-log", "forwarder"), frozenset(nets), V3)
     assert body is not None

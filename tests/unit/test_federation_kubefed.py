@@ -19,8 +19,10 @@ from tether.federation.model import ClusterFailure, ClusterInfo, WorkItem
 CLUSTERS = (ClusterInfo("cluster"), ClusterInfo("cluster1"))
 SOURCE = "kubefed:types.kubefed.io/v1beta1/FederatedDeployment/test-namespace/test-deployment"
 
-# Seed 002: the FederatedDeployment with overrides, as the seed intends it.
-SEED_002 = {
+# KubeFed's FederatedDeployment with per-cluster overrides (`cluster`: 5 replicas, another
+# image, an annotation added then removed), as tests/e2e/test_propagation.py applies it once
+# its indentation is fixed.
+FED_DEPLOY = {
     "apiVersion": "types.kubefed.io/v1beta1",
     "kind": "FederatedDeployment",
     "metadata": {"name": "test-deployment", "namespace": "test-namespace"},
@@ -78,8 +80,8 @@ def _compile(fed: Any, clusters: Any = CLUSTERS, rsp: Any = None, kind: str = "D
                              clusters=clusters, rsp=rsp)
 
 
-def test_seed_002_end_to_end() -> None:
-    plan = _compile(SEED_002)
+def test_federated_deployment_with_overrides_end_to_end() -> None:
+    plan = _compile(FED_DEPLOY)
     assert plan.dialect == "kubefed"
     assert str(plan.source) == (
         "FederatedDeployment.types.kubefed.io/v1beta1 test-namespace/test-deployment")
@@ -91,10 +93,10 @@ def test_seed_002_end_to_end() -> None:
     assert plan.conflict_resolution == "Overwrite"  # KubeFed adopts by default
     assert not plan.preserve_on_deletion
     # the input is not mutated
-    assert SEED_002["spec"]["template"]["spec"]["replicas"] == 3  # type: ignore[index]
+    assert FED_DEPLOY["spec"]["template"]["spec"]["replicas"] == 3  # type: ignore[index]
 
 
-def test_seed_002_federated_namespace() -> None:
+def test_federated_namespace_becomes_a_namespace_in_each_cluster() -> None:
     fed_ns = {"apiVersion": "types.kubefed.io/v1beta1", "kind": "FederatedNamespace",
               "metadata": {"name": "test-namespace", "namespace": "test-namespace"},
               "spec": {"placement": {"clusters": [{"name": "cluster"}, {"name": "cluster1"}]}}}
@@ -113,7 +115,7 @@ def test_seed_002_federated_namespace() -> None:
 
 
 def test_bad_override_fails_only_that_cluster() -> None:
-    fed = {**SEED_002, "spec": {**SEED_002["spec"], "overrides": [  # type: ignore[dict-item]
+    fed = {**FED_DEPLOY, "spec": {**FED_DEPLOY["spec"], "overrides": [  # type: ignore[dict-item]
         {"clusterName": "cluster1", "clusterOverrides": [
             {"path": "/spec/template/spec/containers/3/image", "value": "x"}]}]}}
     plan = _compile(fed)
@@ -124,9 +126,9 @@ def test_bad_override_fails_only_that_cluster() -> None:
 
 
 def test_placement_failures_and_orphaning() -> None:
-    fed = {**SEED_002, "metadata": {**SEED_002["metadata"],  # type: ignore[dict-item]
+    fed = {**FED_DEPLOY, "metadata": {**FED_DEPLOY["metadata"],  # type: ignore[dict-item]
                                     "annotations": {"kubefed.io/orphan": "true"}},
-           "spec": {**SEED_002["spec"], "placement": {  # type: ignore[dict-item]
+           "spec": {**FED_DEPLOY["spec"], "placement": {  # type: ignore[dict-item]
                "clusters": [{"name": "cluster"}, {"name": "gone"}]}}}
     clusters = (ClusterInfo("cluster", ready=False), ClusterInfo("cluster1"))
     plan = _compile(fed, clusters)
@@ -154,8 +156,8 @@ RSP = {"apiVersion": "scheduling.kubefed.io/v1alpha1", "kind": "ReplicaSchedulin
 def test_rsp_drives_replicas_and_clusters(
     ready: dict[str, bool], expected: dict[str, int], failures: list[tuple[str, str]]
 ) -> None:
-    fed = {**SEED_002, "metadata": {"name": "frontend", "namespace": "default"},
-           "spec": {**SEED_002["spec"], "overrides": [],  # type: ignore[dict-item]
+    fed = {**FED_DEPLOY, "metadata": {"name": "frontend", "namespace": "default"},
+           "spec": {**FED_DEPLOY["spec"], "overrides": [],  # type: ignore[dict-item]
                     "placement": {"clusterSelector": {}}}}
     clusters = tuple(ClusterInfo(n, ready=r) for n, r in ready.items())
     rsp = {**RSP, "metadata": {"name": "frontend", "namespace": "default"}}
@@ -167,10 +169,11 @@ def test_rsp_drives_replicas_and_clusters(
 
 def test_rsp_replicas_beat_a_replicas_override() -> None:
     """KubeFed's RSP controller rewrites the `/spec/replicas` override of every scheduled
-    cluster: the seed's `replicas: 5` for `cluster` gives way, its other overrides apply."""
+    cluster: the FederatedDeployment's `replicas: 5` for `cluster` gives way, its other
+    overrides apply."""
     rsp = {"spec": {"totalReplicas": 9, "clusters": {"cluster": {"weight": 1},
                                                      "cluster1": {"weight": 2}}}}
-    plan = _compile(SEED_002, rsp=rsp)
+    plan = _compile(FED_DEPLOY, rsp=rsp)
     assert {w.cluster: w.replicas for w in plan.works} == {"cluster": 3, "cluster1": 6}
     by = {w.cluster: w.manifest for w in plan.works}
     assert by["cluster"]["spec"]["replicas"] == 3
@@ -180,7 +183,7 @@ def test_rsp_replicas_beat_a_replicas_override() -> None:
 
 
 def test_rsp_replicas_override_removal_is_ignored_too() -> None:
-    fed = {**SEED_002, "spec": {**SEED_002["spec"], "overrides": [  # type: ignore[dict-item]
+    fed = {**FED_DEPLOY, "spec": {**FED_DEPLOY["spec"], "overrides": [  # type: ignore[dict-item]
         {"clusterName": "cluster", "clusterOverrides": [{"path": "/spec/replicas",
                                                          "op": "remove"}]}]}}
     plan = _compile(fed, rsp={"spec": {"totalReplicas": 4}})
@@ -194,7 +197,7 @@ def test_rsp_without_clusters_weighs_every_cluster_alike(clusters: object) -> No
     spec: dict[str, object] = {"totalReplicas": 5}
     if clusters is not None:
         spec["clusters"] = clusters
-    fed = {**SEED_002, "spec": {**SEED_002["spec"], "overrides": []}}  # type: ignore[dict-item]
+    fed = {**FED_DEPLOY, "spec": {**FED_DEPLOY["spec"], "overrides": []}}  # type: ignore[dict-item]
     plan = _compile(fed, rsp={"spec": spec})
     replicas = {w.cluster: w.replicas for w in plan.works}
     assert sorted(replicas) == ["cluster", "cluster1"]
@@ -204,7 +207,7 @@ def test_rsp_without_clusters_weighs_every_cluster_alike(clusters: object) -> No
 def test_rsp_intersect_with_placement() -> None:
     rsp = {"spec": {"totalReplicas": 4, "intersectWithClusterSelector": True,
                     "clusters": {"*": {"weight": 1}}}}
-    fed = {**SEED_002, "spec": {**SEED_002["spec"], "overrides": [],  # type: ignore[dict-item]
+    fed = {**FED_DEPLOY, "spec": {**FED_DEPLOY["spec"], "overrides": [],  # type: ignore[dict-item]
                                 "placement": {"clusters": [{"name": "cluster1"}]}}}
     plan = _compile(fed, (*CLUSTERS, ClusterInfo("other")), rsp)
     assert {w.cluster: w.replicas for w in plan.works} == {"cluster1": 4}
@@ -261,7 +264,7 @@ def test_federate_like_kubefedctl() -> None:
 
 
 def test_kubefed_status() -> None:
-    plan = _compile(SEED_002, (ClusterInfo("cluster"), ClusterInfo("cluster1"),
+    plan = _compile(FED_DEPLOY, (ClusterInfo("cluster"), ClusterInfo("cluster1"),
                                ClusterInfo("down", ready=False)))
     plan = type(plan)(**{**plan.__dict__, "failures": (
         ClusterFailure("down", "ClusterNotReady", "not ready"),)})
@@ -281,7 +284,7 @@ def test_kubefed_status() -> None:
             {"name": "down", "status": "ClusterNotReady"},
         ],
     }
-    healthy = kubefed_status(_compile(SEED_002), {"cluster": ClusterResult(True),
+    healthy = kubefed_status(_compile(FED_DEPLOY), {"cluster": ClusterResult(True),
                                                   "cluster1": ClusterResult(True)})
     assert healthy == {"conditions": [{"type": "Propagation", "status": "True"}],
                        "clusters": [{"name": "cluster"}, {"name": "cluster1"}]}
@@ -320,8 +323,8 @@ def test_within_namespace_leaves_clusters_out_without_failing(
     failures: list[tuple[str, str]],
 ) -> None:
     extra = ("gone",) if "gone" in fns_clusters else ()
-    fed = {**SEED_002, "metadata": {"name": "web", "namespace": "ns"},
-           "spec": {**SEED_002["spec"], "overrides": [],  # type: ignore[dict-item]
+    fed = {**FED_DEPLOY, "metadata": {"name": "web", "namespace": "ns"},
+           "spec": {**FED_DEPLOY["spec"], "overrides": [],  # type: ignore[dict-item]
                     "placement": {"clusters": [{"name": n} for n in
                                                ("cluster", "cluster1", *extra)]}}}
     clusters = tuple(ClusterInfo(n, ready=r) for n, r in ready.items())

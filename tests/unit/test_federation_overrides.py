@@ -63,7 +63,7 @@ def test_pointer_errors(doc: Any, op: str, path: str, message: str) -> None:
     assert err.value.path == path
 
 
-def test_kubefed_overrides_seed_002_sequence() -> None:
+def test_kubefed_overrides_apply_in_order_to_a_copy() -> None:
     obj = _deploy(NGINX)
     out = apply_kubefed_overrides(obj, [
         {"path": "/spec/replicas", "value": 5},

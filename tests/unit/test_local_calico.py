@@ -15,7 +15,7 @@ from tether.local.resources import Registry
 from tether.local.store import Store
 
 OPTS = WriteOptions(manager="test", user="test")
-SEED_POLICY: dict[str, Any] = {
+ALLOW_TO_FLUENTD: dict[str, Any] = {
     "apiVersion": "crd.projectcalico.org/v1",
     "kind": "NetworkPolicy",
     "metadata": {"name": "allow-to-fluentd", "namespace": "default"},
@@ -79,9 +79,9 @@ def test_a_set_written_through_one_group_is_read_through_the_other(ops: Operatio
     assert again["spec"]["nets"] == ["10.4.5.2/32"]
 
 
-def test_the_seeds_policy_is_accepted_as_written(ops: Operations) -> None:
-    created = ops.create(_rt(ops, calico.V1_GROUP, "networkpolicies"), "default", SEED_POLICY, OPTS)
-    assert created["spec"] == SEED_POLICY["spec"]
+def test_the_allow_to_fluentd_policy_is_accepted_as_written(ops: Operations) -> None:
+    created = ops.create(_rt(ops, calico.V1_GROUP, "networkpolicies"), "default", ALLOW_TO_FLUENTD, OPTS)
+    assert created["spec"] == ALLOW_TO_FLUENTD["spec"]
     v3 = ops.get(_rt(ops, calico.V3_GROUP, "networkpolicies"), "default", "allow-to-fluentd")
     assert v3["spec"]["ingress"][0]["source"]["namespaceSelector"] == "global()"
 
@@ -98,7 +98,7 @@ def test_the_seeds_policy_is_accepted_as_written(ops: Operations) -> None:
 def test_policies_calico_would_refuse_are_refused(ops: Operations, change: Any, field: str) -> None:
     import copy
 
-    body = copy.deepcopy(SEED_POLICY)
+    body = copy.deepcopy(ALLOW_TO_FLUENTD)
     change(body["spec"])
     with pytest.raises(ApiError) as caught:
         ops.create(_rt(ops, calico.V1_GROUP, "networkpolicies"), "default", body, OPTS)

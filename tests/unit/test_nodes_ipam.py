@@ -59,7 +59,7 @@ RACK0 = node("kube-node-0", {"rack": "0"}, "127.16.1.0/24")
 RACK0B = node("kube-node-1", {"rack": "0"}, "127.16.2.0/24")
 RACK1 = node("kube-node-2", {"rack": "1"}, "127.16.3.0/24")
 RACK1B = node("kube-node-3", {"rack": "1"}, "127.16.4.0/24")
-SEED_POOLS = [
+RACK_POOLS = [
     pool("rack-0-ippool", "192.168.0.0/24", 'rack == "0"', ipipMode="Always", natOutgoing=True),
     pool("rack-1-ippool", "192.168.1.0/24", 'rack == "1"', ipipMode="Always", natOutgoing=True),
 ]
@@ -92,8 +92,8 @@ def test_pool_defaults_and_problems() -> None:
 @pytest.mark.parametrize(
     ("the_node", "pools", "expected"),
     [
-        (RACK0, SEED_POOLS, ["192.168.0.0/24"]),
-        (RACK1, SEED_POOLS, ["192.168.1.0/24"]),
+        (RACK0, RACK_POOLS, ["192.168.0.0/24"]),
+        (RACK1, RACK_POOLS, ["192.168.1.0/24"]),
         (RACK0, [], ["127.16.1.0/24"]),  # no pools: the node's podCIDR
         (RACK0, [pool("all", "10.1.0.0/16")], ["10.1.0.0/16"]),  # nodeSelector defaults to all()
         (RACK0, [pool("off", "10.1.0.0/16", disabled=True)], ["127.16.1.0/24"]),  # disabled pools don't count
@@ -109,7 +109,7 @@ def test_address_source(the_node: Obj, pools: list[Obj], expected: list[str]) ->
 
 def test_enabled_pools_are_authoritative() -> None:
     source = address_source(node("lonely", {"rack": "9"}, "127.16.9.0/24"),
-                            [pool_from_object(p) for p in SEED_POOLS])
+                            [pool_from_object(p) for p in RACK_POOLS])
     assert source.ranges == ()
     assert 'no configured Calico pools for node "lonely"' in source.problem
     assert 'rack-0-ippool: rack == "0"' in source.problem
@@ -140,9 +140,9 @@ def test_pick_prefers_own_block_then_new_then_borrowed() -> None:
 # the allocator -----------------------------------------------------------------------------
 
 
-def test_seed_layout_rack_pools(store: Store) -> None:
-    """The Calico seed: two racks, one /24 each; each node gets its own /26 block."""
-    add_pools(store, *SEED_POOLS)
+def test_rack_pools_give_each_node_its_own_block(store: Store) -> None:
+    """Calico's per-rack pools example: two racks, one /24 each; each node gets its own /26 block."""
+    add_pools(store, *RACK_POOLS)
     ipam = PodAddresses(store)
     got = {n["metadata"]["name"]: ipam.allocate(pod(f"p-{n['metadata']['name']}"), n)
            for n in (RACK0, RACK0B, RACK1, RACK1B)}
@@ -205,7 +205,7 @@ def test_disabled_pool_never_used(store: Store) -> None:
 
 
 def test_rebuild_from_stored_pods(store: Store) -> None:
-    add_pools(store, *SEED_POOLS)
+    add_pools(store, *RACK_POOLS)
     for p in (pod("x", node_name="kube-node-0", ip="192.168.0.1"),
               pod("y", node_name="kube-node-0", ip="192.168.0.2"),
               pod("done", node_name="kube-node-0", ip="192.168.0.3", phase="Succeeded"),
@@ -231,13 +231,13 @@ def test_host_network_pods_use_the_node_ip(store: Store) -> None:
 
 
 def test_ippool_validation() -> None:
-    assert ippool_crd.ippool_causes(SEED_POOLS[0], [SEED_POOLS[1]]) == []
+    assert ippool_crd.ippool_causes(RACK_POOLS[0], [RACK_POOLS[1]]) == []
     fields = lambda obj, others=(): [c.field for c in ippool_crd.ippool_causes(obj, list(others))]  # noqa: E731
     assert fields(pool("p", "nope")) == ["spec.cidr"]
     assert fields(pool("p", "10.0.0.0/16", "rack ==")) == ["spec.nodeSelector"]
     assert fields(pool("p", "10.0.0.0/16", blockSize=12)) == ["spec.blockSize"]
     assert fields(pool("p", "10.0.0.0/28", blockSize=26)) == ["spec.blockSize"]
-    overlap = ippool_crd.ippool_causes(pool("default-ipv4-ippool", "192.168.0.0/16"), SEED_POOLS)
+    overlap = ippool_crd.ippool_causes(pool("default-ipv4-ippool", "192.168.0.0/16"), RACK_POOLS)
     assert overlap[0].message.startswith(
         "IPPool(default-ipv4-ippool) CIDR overlaps with IPPool(rack-0-ippool) CIDR 192.168.0.0/24")
 
@@ -249,7 +249,7 @@ ROOTLESS = ClusterNetwork.rootless(0)
 
 
 def test_rootless_refuses_a_pool_outside_loopback() -> None:
-    causes = ippool_crd.ippool_causes(SEED_POOLS[0], [], ROOTLESS)
+    causes = ippool_crd.ippool_causes(RACK_POOLS[0], [], ROOTLESS)
     assert [c.field for c in causes] == ["spec.cidr"]
     message = causes[0].message
     assert message.startswith('Invalid value: "192.168.0.0/24": IPPool rack-0-ippool (192.168.0.0/24) is outside '
@@ -259,12 +259,12 @@ def test_rootless_refuses_a_pool_outside_loopback() -> None:
     ok = [pool("p", "127.16.252.0/24"), pool("p", "10.4.0.0/16", disabled=True),
           pool("p", "10.4.0.0/16", allowedUses=["Tunnel"]), pool("p", "fd00::/64")]
     assert [ippool_crd.ippool_causes(p, [], ROOTLESS) for p in ok] == [[], [], [], []]
-    assert ippool_crd.ippool_causes(SEED_POOLS[0], [], ClusterNetwork.netns(0)) == []
-    assert ippool_crd.ippool_causes(SEED_POOLS[0], []) == []  # no network: Calico's checks only
+    assert ippool_crd.ippool_causes(RACK_POOLS[0], [], ClusterNetwork.netns(0)) == []
+    assert ippool_crd.ippool_causes(RACK_POOLS[0], []) == []  # no network: Calico's checks only
 
 
 def test_rootless_gives_no_address_outside_loopback() -> None:
-    pools = [pool_from_object(p) for p in SEED_POOLS]
+    pools = [pool_from_object(p) for p in RACK_POOLS]
     source = address_source(RACK0, pools, ROOTLESS)
     assert not source.ranges and "IPPool rack-0-ippool (192.168.0.0/24) is outside 127.0.0.0/8" in source.problem
     assert address_source(RACK0, pools, ClusterNetwork.netns(0)).ranges  # netns: routed locally
@@ -279,6 +279,6 @@ def test_rootless_gives_no_address_outside_loopback() -> None:
 def test_rootless_allocation_reports_the_pool(store: Store) -> None:
     """A pool stored before the check existed: the pod gets no address and the kubelet's Event
     (FailedCreatePodSandBox) carries the reason."""
-    add_pools(store, SEED_POOLS[0])
+    add_pools(store, RACK_POOLS[0])
     with pytest.raises(NoAddress, match=r"rack-0-ippool \(192.168.0.0/24\) is outside 127.0.0.0/8"):
         PodAddresses(store, ROOTLESS).allocate(pod("a"), RACK0)

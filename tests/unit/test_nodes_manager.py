@@ -191,7 +191,7 @@ async def test_scheduler_binds_spreads_and_reports(ops: Operations) -> None:
 
 
 async def test_ipam_for_scheduled_pods_follows_rack_pools(ops: Operations) -> None:
-    """The seed's layout end to end in-process: label racks, apply pools, schedule, allocate."""
+    """Calico's per-rack pools example end to end in-process: label racks, apply pools, schedule, allocate."""
     ippool_crd.ensure_crd(ops)
     ops.admission.append(ippool_crd.admission(ops))
     manager = NodeManager(ops, ClusterNetwork.rootless(0), "c1", 4, clock=Clock())
