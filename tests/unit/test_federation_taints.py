@@ -21,6 +21,9 @@ USER = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 T0 = 1_000_000.0
 
 
+NOT_READY_NO_EXECUTE = {"key": "cluster.karmada.io/not-ready", "effect": "NoExecute"}
+
+
 @pytest.mark.parametrize(
     ("taints", "ready", "keys"),
     [
@@ -35,16 +38,18 @@ T0 = 1_000_000.0
         ([{"key": "cluster.tether.io/not-ready", "effect": "NoSchedule"}], "False",
          ["cluster.karmada.io/not-ready"]),
         ([{"key": "cluster.tether.io/unreachable", "effect": "NoSchedule"}], "True", []),
-        # a user's NoExecute taint with a readiness key is not health's: health only keeps its own
-        # NoSchedule one
-        ([{"key": "cluster.karmada.io/not-ready", "effect": "NoExecute"}], "False",
-         ["cluster.karmada.io/not-ready"]),
+        # a NoExecute taint with a readiness key (a ClusterTaintPolicy's, a user's) is not
+        # health's: it stays whatever the condition, beside health's own NoSchedule one
+        ([NOT_READY_NO_EXECUTE], "False", ["cluster.karmada.io/not-ready", "cluster.karmada.io/not-ready"]),
+        ([NOT_READY_NO_EXECUTE], "True", ["cluster.karmada.io/not-ready"]),
+        ([NOT_READY_NO_EXECUTE], "Unknown", ["cluster.karmada.io/not-ready", "cluster.karmada.io/unreachable"]),
     ],
 )
 def test_health_taints(taints: list[dict[str, Any]], ready: str | None, keys: list[str]) -> None:
     planned = plan_health_taints(taints, ready, T0)
     assert [t["key"] for t in planned] == keys
-    assert all(t["effect"] == "NoSchedule" for t in planned if t["key"] != "dedicated")
+    assert all(t["effect"] == "NoSchedule" for t in planned if t["key"] != "dedicated" and t not in taints)
+    assert [t for t in taints if t["effect"] == "NoExecute"] == [t for t in planned if t["effect"] == "NoExecute"]
     assert plan_health_taints(planned, ready, T0 + 50) == planned  # stable: timeAdded kept
 
 

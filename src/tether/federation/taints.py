@@ -57,12 +57,15 @@ NO_SCHEDULE, NO_EXECUTE, PREFER_NO_SCHEDULE = "NoSchedule", "NoExecute", "Prefer
 def plan_health_taints(taints: Sequence[Mapping[str, Any]], ready_status: str | None,
                        now: float) -> list[dict[str, Any]]:
     """The cluster's taints with the readiness taint matching `ready_status` (True, False,
-    Unknown or None for no condition yet); other taints are kept as they are."""
+    Unknown or None for no condition yet); other taints are kept as they are. Health owns only
+    the NoSchedule readiness taints, as Karmada's cluster controller does: a NoExecute one with
+    the same key comes from a ClusterTaintPolicy or a user, and stays (dropping it raced with the
+    taint-policy controller, which adds it again only when the conditions change)."""
     wanted = {"False": NOT_READY, "Unknown": UNREACHABLE}.get(ready_status or "")
     out: list[dict[str, Any]] = []
     for taint in taints:
         key = taint.get("key")
-        if key in READINESS_TAINTS and (key != wanted or taint.get("effect") != NO_SCHEDULE):
+        if key in READINESS_TAINTS and taint.get("effect") == NO_SCHEDULE and key != wanted:
             continue
         out.append(dict(taint))
     if wanted and not any(t.get("key") == wanted and t.get("effect") == NO_SCHEDULE for t in out):
