@@ -111,6 +111,10 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, t
     length = f"Content-Length: {len(body)}\r\n" if body else ""
     writer.write(f"GET {target} HTTP/1.1\r\nHost: s\r\n{headers}{length}\r\n".encode() + body)
     await writer.drain()
+    return await read_answer(reader)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> str:
     parser = http1.ResponseParser()
     answer = None
     while answer is None:
@@ -373,13 +377,7 @@ async def test_a_dropped_route_is_released_only_after_its_request_in_progress(se
     assert not setup.router.released("alice")
     writer.write(b"def")
     await writer.drain()
-    parser = http1.ResponseParser()
-    answer = None
-    while answer is None:
-        data = await reader.read(65536)
-        assert data, "connection closed before the answer"
-        answer = parser.feed(data)
-    assert answer.body == b"alice /slow 6"
+    assert await read_answer(reader) == "alice /slow 6"
     await until(lambda: setup.router.released("alice"), "alice released after her last request")
     assert setup.router.released("carol")  # never routed: nothing to wait for
     writer.close()
