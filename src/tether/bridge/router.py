@@ -163,6 +163,10 @@ class Router:
         for name in [n for n, route in self.releasing.items() if n in self.routes or not route.busy]:
             del self.releasing[name]
 
+    def _route_of(self, name: str) -> Route | None:
+        """The route a connection was handed for, also once dropped while requests were on it."""
+        return self.routes.get(name) or self.releasing.get(name)
+
     def released(self, name: str) -> bool:
         """Whether no request is handed to `name`'s developer any more: the route is gone and its
         last request in progress has finished (its connections are then closed by the router)."""
@@ -271,10 +275,14 @@ class Router:
                 if not _open((reader, writer)):
                     _close(writer)
                     continue
+                # busy from the moment it is taken: the route may be dropped while the GO is
+                # written, and "released" must wait for this request too
+                route.busy.add(writer)
                 try:
                     writer.write(routing.encode_go(peer))
                     await writer.drain()
                 except (ConnectionError, OSError):
+                    route.busy.discard(writer)
                     _close(writer)
                     continue
                 route.handed.append((reader, writer))
@@ -370,7 +378,7 @@ class Router:
         except (ValueError, TimeoutError, hpack.HPACKError) as exc:
             log.info("h2c connection from %s: %s; sent to the original pods", peer, exc)
         upstream = await self._developer(destination.route, peer) if destination.developer else None
-        route = self.routes.get(destination.route)
+        route = self._route_of(destination.route) if upstream is not None else None
         if upstream is not None and route is not None:
             route.requests += 1
             route.busy.add(upstream[1])
@@ -418,7 +426,7 @@ class Router:
                     return
                 if upstream is None:
                     return
-                route = self.routes.get(destination.route) if destination.developer else None
+                route = self._route_of(destination.route) if destination.developer else None
                 if route is not None:
                     route.requests += 1
                 else:
