@@ -8,10 +8,12 @@ one synchronous step, so a watcher that registers and replays in one step sees n
 
 Writes are committed in groups: the first write in a turn of the event loop opens a transaction
 and the next turn commits it, with every write made in between (a transaction per write cost ~40 us
-of CPU and blocked the loop ~150 us on WAL writes; ten in one ~11 us each). Watchers are woken in
-that next turn too, after the commit, and the API server answers a request only once `flushed`
-says its writes are committed: nothing is acknowledged before it is in the log. Without a running
-event loop (tools, tests) every write commits at once, as before.
+of CPU and blocked the loop ~150 us on WAL writes; ten in one ~11 us each). The API server answers
+a request only once `flushed` says its writes are committed: no writer is told "done" before its
+write is in the log. Watchers are still notified in the write's own step (the no-gap rule above),
+so a watch may show a write up to one turn of the loop before it is committed: a process killed in
+that turn loses it as if it had never been made, and its writer never got an answer. `close`
+commits what is open. Without a running event loop (tools, tests) every write commits at once.
 """
 
 from __future__ import annotations
