@@ -485,9 +485,15 @@ async def _owned_by(client: KubeClient, obj: dict[str, Any], owner: Obj) -> None
     for _ in range(5):
         current = await client.get_or_none(api_version, kind, name, ns)
         if current is None:
+            # create, not apply: two sessions starting at once both find nothing, and a second
+            # apply by the same manager would replace the first session's owner reference (the
+            # router then went with that session while the other still used it)
             obj["metadata"]["ownerReferences"] = [dict(owner)]
-            await client.apply(obj, field_manager=FIELD_MANAGER)
-            return
+            try:
+                await client.create(obj, field_manager=FIELD_MANAGER)
+                return
+            except AlreadyExists:
+                continue  # made meanwhile: add this owner to it
         refs = list((current.get("metadata") or {}).get("ownerReferences") or [])
         if any(r.get("uid") == owner["uid"] for r in refs):
             return
